@@ -1,0 +1,2 @@
+DROP TABLE entries;
+DROP TABLE streams;

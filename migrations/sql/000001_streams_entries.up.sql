@@ -1,0 +1,37 @@
+-- seqlease 1: streams and their dense, numbered entries. entries.stream has no
+-- foreign key: the lease statement writes both tables atomically, and a key
+-- check per leased row would cost on the hot path.
+-- Table names are unqualified: the migration runner sets search_path to the
+-- configured schema. With golang-migrate, put search_path in the URL.
+
+CREATE TABLE streams (
+    name        text        PRIMARY KEY,
+    -- the highest number handed out (N); the next lease gets last_number + 1
+    last_number bigint      NOT NULL CHECK (last_number >= 0),
+    created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE entries (
+    stream       text        NOT NULL,
+    number       bigint      NOT NULL CHECK (number >= 1),
+    state        text        NOT NULL CHECK (state IN ('leased', 'committed', 'gap')),
+    token        uuid        NOT NULL,
+    owner        text        NOT NULL DEFAULT '',
+    operation_id text        NOT NULL DEFAULT '',
+    kind         text        NOT NULL DEFAULT '',
+    leased_at    timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    renewals     integer     NOT NULL DEFAULT 0,
+    resolved_at  timestamptz,
+    payload      bytea,
+    gap_reason   text,
+    recovered_as bigint,
+    PRIMARY KEY (stream, number),
+    CHECK ((state = 'leased') = (resolved_at IS NULL)),
+    CHECK ((state = 'gap') = (gap_reason IS NOT NULL))
+);
+
+-- Hot queries touch only unresolved entries: the oldest unresolved number of
+-- a stream (the watermark), the in-flight count, the expired scan.
+CREATE INDEX entries_unresolved ON entries (stream, number) WHERE state = 'leased';
+CREATE INDEX entries_expiry ON entries (expires_at) WHERE state = 'leased';

@@ -1,0 +1,49 @@
+// Package store is the storage contract of seqlease: the vocabulary (Entry,
+// State, Token, the request and parameter types), the sentinel errors and the
+// input validation that every backend shares.
+//
+// The interfaces themselves are small and belong to the packages that consume
+// them (sequence.Store, storetest.Store), in the manner of raft's LogStore and
+// StableStore. Backends live below this package: store/memory, the embedded
+// default, and store/postgres, the shared coordinator between processes.
+// store/storetest is the conformance suite both must pass.
+//
+// # Streams and entries
+//
+// A stream is a named, dense sequence of entries numbered 1..N. Every number
+// handed out has an entry; a number never handed out does not exist (I1). An
+// entry is born leased and resolves exactly once (I2):
+//
+//	         Lease
+//	           |
+//	           v
+//	      +---------+  Commit (token, before expiry)   +-----------+
+//	      | leased  | -------------------------------> | committed |
+//	      +---------+                                  +-----------+
+//	        |     |
+//	Release |     | ResolveExpired (at or after expiry)
+//	(token) v     v
+//	      +---------+
+//	      |   gap   |  reason: released | expired | ...
+//	      +---------+
+//
+// Extend moves the expiry of a leased entry forward while it is still live.
+//
+// # Time
+//
+// The backend's clock decides expiry: PostgreSQL's clock_timestamp() at the
+// statement, the memory backend's injected clock. A lease is live while
+// now < ExpiresAt; at now == ExpiresAt it has expired (I3). Every operation
+// takes an optional Now in its parameters to pin the backend's clock, which
+// tests use to hit deadlines exactly; production leaves it nil. Times are kept
+// at microsecond precision, PostgreSQL's.
+//
+// # Fencing and retries
+//
+// Commit, Release and Extend are fenced by the holder's Token: any other token
+// gets ErrTokenMismatch and changes nothing. Commit and Release are idempotent
+// for their holder: repeating one that already took effect reports success
+// again without a second write, so a caller whose first attempt had an unknown
+// outcome (a lost connection) retries with the same token and learns the truth
+// (I7).
+package store

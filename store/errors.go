@@ -1,0 +1,64 @@
+package store
+
+import "errors"
+
+// Sentinel errors shared by every backend. Check them with errors.Is; backends
+// wrap them with the operation that failed.
+var (
+	// ErrInvalidArgument is wrapped by every error about bad input (names,
+	// durations, batch sizes, payloads, tokens). Such a call changes nothing.
+	ErrInvalidArgument = errors.New("seqlease: invalid argument")
+
+	// ErrInvalidStream reports an empty, over-long or malformed stream name.
+	ErrInvalidStream = newInvalid("invalid stream name")
+	// ErrInvalidTTL reports a lease duration that is not positive or above
+	// the limit.
+	ErrInvalidTTL = newInvalid("invalid lease duration")
+	// ErrInvalidCount reports a batch size that is not positive or above
+	// MaxBatch.
+	ErrInvalidCount = newInvalid("invalid lease count")
+	// ErrInvalidToken reports a zero or unparsable token.
+	ErrInvalidToken = newInvalid("invalid token")
+	// ErrInvalidNumber reports a sequence number below 1.
+	ErrInvalidNumber = newInvalid("invalid sequence number")
+	// ErrInvalidText reports an owner, operation id, kind or reason that is
+	// over-long or not valid UTF-8 text.
+	ErrInvalidText = newInvalid("invalid text field")
+	// ErrPayloadTooLarge reports a payload above the configured maximum.
+	ErrPayloadTooLarge = newInvalid("payload too large")
+
+	// ErrStreamNotFound reports a stream that has never had a number leased.
+	ErrStreamNotFound = errors.New("seqlease: stream not found")
+	// ErrNotFound reports a number that was never handed out.
+	ErrNotFound = errors.New("seqlease: entry not found")
+	// ErrTokenMismatch reports a token that does not hold the entry.
+	ErrTokenMismatch = errors.New("seqlease: token does not hold the lease")
+	// ErrExpired reports a lease whose expiry has passed by the backend's
+	// clock, or that was turned into a gap because it expired.
+	ErrExpired = errors.New("seqlease: lease expired")
+	// ErrReleased reports a lease its holder already released.
+	ErrReleased = errors.New("seqlease: lease released")
+	// ErrCommitted reports an operation on an entry that is already
+	// committed (for example Release or Extend after Commit).
+	ErrCommitted = errors.New("seqlease: entry already committed")
+	// ErrGap reports an entry that was resolved as a gap for a reason other
+	// than release or expiry.
+	ErrGap = errors.New("seqlease: entry is a gap")
+	// ErrNotExpired reports a ResolveExpired on a lease that is still live.
+	ErrNotExpired = errors.New("seqlease: lease not expired")
+)
+
+// invalidError is an input error: it matches its own sentinel and
+// ErrInvalidArgument.
+type invalidError struct{ msg string }
+
+func newInvalid(msg string) error { return &invalidError{msg: "seqlease: " + msg} }
+
+func (e *invalidError) Error() string { return e.msg }
+
+// Is makes every input error match ErrInvalidArgument.
+func (e *invalidError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// IsInvalid reports whether err is about bad input: retrying the same call
+// can never succeed.
+func IsInvalid(err error) bool { return errors.Is(err, ErrInvalidArgument) }

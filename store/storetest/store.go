@@ -1,0 +1,73 @@
+package storetest
+
+import (
+	"context"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// Store is the whole storage contract for streams and entries, as the
+// conformance suite exercises it. Consumers declare the subsets they need
+// (sequence.Store); a backend satisfies them all by satisfying this one.
+//
+// Every method validates its input first (store.Validate*): bad input returns
+// an error matching store.ErrInvalidArgument and its specific sentinel, and
+// changes nothing. A cancelled context returns an error matching ctx.Err()
+// and changes nothing the caller was told about.
+type Store interface {
+	// Lease hands out len(reqs) consecutive numbers of stream, in one
+	// atomic step (one statement on PostgreSQL), creating the stream on first
+	// use. Entry i of the result has number base+i for the request reqs[i],
+	// state leased, a fresh token, LeasedAt = the backend's now and
+	// ExpiresAt = LeasedAt + reqs[i].TTL. A failed call hands out nothing:
+	// numbers stay dense (I1).
+	Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error)
+
+	// Commit resolves a leased entry as committed with p.Payload, if token
+	// holds it and now < ExpiresAt by the backend's clock (I3). It returns
+	// the resolution time. Repeating a commit that already took effect with
+	// the same token returns the original resolution time and nil, without
+	// writing (I7). Otherwise it fails and changes nothing:
+	// ErrNotFound (number never handed out), ErrTokenMismatch,
+	// ErrExpired (expired, or gapped because it expired), ErrReleased,
+	// ErrGap (gapped for another reason).
+	Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error)
+
+	// Release turns a leased entry into a gap with reason "released" if
+	// token holds it; a release after expiry is accepted as long as nothing
+	// resolved the entry first. Repeating a release that took effect returns
+	// nil. Failures change nothing: ErrNotFound, ErrTokenMismatch,
+	// ErrCommitted, ErrExpired (already gapped because it expired), ErrGap.
+	Release(ctx context.Context, stream string, number int64, token store.Token, p *store.ReleaseParams) error
+
+	// Extend sets the expiry of a live lease held by token to now + p.TTL
+	// and counts a renewal, returning the backend's now and the new expiry.
+	// Failures change nothing: ErrNotFound, ErrTokenMismatch, ErrExpired
+	// (now >= ExpiresAt, even if not yet resolved), ErrCommitted,
+	// ErrReleased, ErrGap, ErrInvalidTTL.
+	Extend(ctx context.Context, stream string, number int64, token store.Token, p *store.ExtendParams) (now, expiresAt time.Time, err error)
+
+	// ResolveExpired turns an expired leased entry (now >= ExpiresAt) into a
+	// gap with p.Reason (default "expired") and p.RecoveredAs. It races
+	// Commit on one conditional write: exactly one of them wins. Failures
+	// change nothing: ErrNotFound, ErrNotExpired (still live), ErrCommitted,
+	// ErrReleased, ErrExpired (already gapped because it expired), ErrGap.
+	ResolveExpired(ctx context.Context, stream string, number int64, p *store.ResolveExpiredParams) error
+
+	// ListExpired returns leased entries with now >= ExpiresAt, ordered by
+	// (stream, number), after the cursor in p, at most p.Limit of them.
+	ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error)
+
+	// Read returns up to limit entries of stream with numbers > after, in
+	// increasing order, whatever their state, payloads included. limit 0
+	// means store.DefaultListLimit. ErrStreamNotFound for an unknown stream.
+	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
+
+	// Stats describes stream at one instant (one snapshot).
+	// ErrStreamNotFound for an unknown stream.
+	Stats(ctx context.Context, stream string) (store.StreamStats, error)
+
+	// Now returns the backend's clock.
+	Now(ctx context.Context) (time.Time, error)
+}
