@@ -1,6 +1,9 @@
 package store
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors shared by every backend. Check them with errors.Is; backends
 // wrap them with the operation that failed.
@@ -62,3 +65,15 @@ func (e *invalidError) Is(target error) bool { return target == ErrInvalidArgume
 // IsInvalid reports whether err is about bad input: retrying the same call
 // can never succeed.
 func IsInvalid(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+
+// GapError returns the error for an operation refused because the entry is a
+// gap with the given reason: ErrReleased, ErrExpired, or ErrGap.
+func GapError(reason string) error {
+	switch reason {
+	case ReasonReleased:
+		return ErrReleased
+	case ReasonExpired:
+		return ErrExpired
+	}
+	return fmt.Errorf("%w (%s)", ErrGap, reason)
+}

@@ -134,3 +134,52 @@ func ListLimit(limit int) (int, error) {
 
 // Micro truncates t to microseconds, the precision both backends keep.
 func Micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
+// ExpiryReason validates a ResolveExpired call and returns the gap reason to
+// record.
+func ExpiryReason(stream string, number int64, p *ResolveExpiredParams) (string, error) {
+	if err := ValidateStream(stream); err != nil {
+		return "", err
+	}
+	if number < 1 {
+		return "", fmt.Errorf("%w: %d", ErrInvalidNumber, number)
+	}
+	if p.RecoveredAs < 0 {
+		return "", fmt.Errorf("%w: recovered as %d", ErrInvalidNumber, p.RecoveredAs)
+	}
+	switch p.Reason {
+	case "":
+		return ReasonExpired, nil
+	case ReasonReleased:
+		return "", fmt.Errorf("%w: reason %q is reserved for the holder's Release", ErrInvalidText, p.Reason)
+	}
+	if err := ValidateText("reason", p.Reason); err != nil {
+		return "", err
+	}
+	return p.Reason, nil
+}
+
+// ValidateListExpired checks a ListExpired call and returns its effective
+// limit.
+func ValidateListExpired(p *ListExpiredParams) (int, error) {
+	if p.Stream != "" {
+		if err := ValidateStream(p.Stream); err != nil {
+			return 0, err
+		}
+	}
+	if p.AfterNumber < 0 {
+		return 0, fmt.Errorf("%w: after %d", ErrInvalidNumber, p.AfterNumber)
+	}
+	return ListLimit(p.Limit)
+}
+
+// ValidateRead checks a Read call and returns its effective limit.
+func ValidateRead(stream string, after int64, limit int) (int, error) {
+	if err := ValidateStream(stream); err != nil {
+		return 0, err
+	}
+	if after < 0 {
+		return 0, fmt.Errorf("%w: after %d", ErrInvalidNumber, after)
+	}
+	return ListLimit(limit)
+}

@@ -3,16 +3,18 @@
 -- check per leased row would cost on the hot path.
 -- Table names are unqualified: the migration runner sets search_path to the
 -- configured schema. With golang-migrate, put search_path in the URL.
+-- Stream names use the "C" collation: streams sort by their bytes on every
+-- database, as in the memory backend.
 
 CREATE TABLE streams (
-    name        text        PRIMARY KEY,
+    name        text        COLLATE "C" PRIMARY KEY,
     -- the highest number handed out (N); the next lease gets last_number + 1
     last_number bigint      NOT NULL CHECK (last_number >= 0),
     created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
 CREATE TABLE entries (
-    stream       text        NOT NULL,
+    stream       text        COLLATE "C" NOT NULL,
     number       bigint      NOT NULL CHECK (number >= 1),
     state        text        NOT NULL CHECK (state IN ('leased', 'committed', 'gap')),
     token        uuid        NOT NULL,

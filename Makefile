@@ -1,0 +1,43 @@
+# seqlease: run `make` or `make help` for the list of targets.
+
+GO                  ?= go
+STATICCHECK_VERSION := v0.8.2
+BIN                 := $(CURDIR)/bin
+STATICCHECK         := $(BIN)/staticcheck
+STATICCHECK_STAMP   := $(BIN)/.staticcheck-$(STATICCHECK_VERSION)
+COVERPROFILE        := coverage.out
+
+.DEFAULT_GOAL := help
+
+.PHONY: help test demo bench lint cover tidy
+
+help: ## Show this list of targets.
+	@echo 'Usage: make <target>'
+	@echo
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN { FS = ":.*## " } { printf "  %-8s %s\n", $$1, $$2 }'
+
+test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers).
+	scripts/with-postgres $(GO) test -race -count=1 -timeout 15m ./...
+
+demo: ## Run the quickstart example.
+	$(GO) run ./examples/quickstart
+
+bench: ## Run the benchmarks against PostgreSQL (no tests).
+	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint: $(STATICCHECK_STAMP) ## Run go vet and staticcheck (version pinned in STATICCHECK_VERSION, installed in bin/).
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+cover: ## Run the tests with coverage (coverage.out) and print per-function coverage.
+	scripts/with-postgres $(GO) test -race -count=1 -timeout 15m -covermode=atomic -coverprofile=$(COVERPROFILE) ./...
+	$(GO) tool cover -func=$(COVERPROFILE)
+
+tidy: ## Tidy go.mod and go.sum.
+	$(GO) mod tidy
+
+$(STATICCHECK_STAMP):
+	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@rm -f $(BIN)/.staticcheck-*
+	@touch $@

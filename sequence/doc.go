@@ -1,0 +1,38 @@
+// Package sequence hands out the numbers of a named stream under TTL leases
+// and resolves them: the Leaser and the Lease handle.
+//
+// A worker leases the next number of a stream, does its work, and then
+// commits the result under that number, or releases the number if it gives
+// the work up. Numbers are dense (every number handed out has an entry; none
+// is skipped) and every entry resolves exactly once, as committed or as a gap.
+// The backend's clock (PostgreSQL's, in production) decides when a lease
+// expires; an expired lease can no longer commit, and the cleanup loop turns
+// it into a gap or recovers its work under a new number.
+//
+// # A lease's life
+//
+//	Lease ──> held ──Commit──> committed
+//	           │ ╲
+//	           │  ╲ Extend (while live: moves the expiry)
+//	           │
+//	           ├──Release──> gap "released"
+//	           └──expiry───> (the cleanup loop resolves it)
+//
+// # Time on this side of the wire
+//
+// The handle knows two clocks. ExpiresAt is the database's verdict, the only
+// one that counts. Remaining and IsExpired are the holder's own estimate on
+// the local monotonic clock: they count the TTL from the moment the lease
+// request was sent, which is earlier than the moment the database stamped,
+// so the holder believes its lease over a little before the database does,
+// never after. A holder whose wall clock is wrong is therefore still safe.
+//
+// # Errors
+//
+// Every error is errors.Is-able against the sentinels re-exported here (the
+// same values as package store's). Bad input (empty or over-long stream
+// names, durations out of range, oversized payloads, zero tokens) matches
+// ErrInvalidArgument and changes nothing. Commit and Release are idempotent
+// for their holder: after a lost connection, retry the same call on the same
+// handle and it reports whether the first attempt took effect.
+package sequence

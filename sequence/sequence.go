@@ -1,0 +1,161 @@
+package sequence
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// Store is what the Leaser needs of a backend (store/memory, store/postgres).
+type Store interface {
+	Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error)
+	Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error)
+	Release(ctx context.Context, stream string, number int64, token store.Token, p *store.ReleaseParams) error
+	Extend(ctx context.Context, stream string, number int64, token store.Token, p *store.ExtendParams) (now, expiresAt time.Time, err error)
+}
+
+// Defaults of Config.
+const (
+	DefaultTTL        = 30 * time.Second
+	DefaultMaxTTL     = time.Hour
+	DefaultMaxPayload = 1 << 20
+)
+
+// Config configures a Leaser. A nil *Config means the defaults; so does the
+// zero value of each field.
+type Config struct {
+	// DefaultTTL is the lease duration when a call names none.
+	// Default: DefaultTTL (30 s).
+	DefaultTTL time.Duration
+	// MaxTTL is the longest lease a call may ask for, at most store.MaxTTL.
+	// Default: DefaultMaxTTL (1 h).
+	MaxTTL time.Duration
+	// MaxPayload is the largest payload Commit accepts, in bytes.
+	// Default: DefaultMaxPayload (1 MiB).
+	MaxPayload int
+	// Owner is recorded on every entry this Leaser leases, so operators can
+	// tell whose leases they see. Default: "<hostname>:<pid>".
+	Owner string
+	// Now is the local clock for the holder's own deadline estimates; it
+	// must carry a monotonic reading. Default: time.Now.
+	Now func() time.Time
+}
+
+// Leaser hands out numbers of streams under leases. It is safe for concurrent
+// use.
+type Leaser struct {
+	store      Store
+	defaultTTL time.Duration
+	maxTTL     time.Duration
+	maxPayload int
+	owner      string
+	now        func() time.Time
+}
+
+// New returns a Leaser on s. It returns an error naming the field when cfg
+// is invalid.
+func New(s Store, cfg *Config) (*Leaser, error) {
+	if s == nil {
+		return nil, errors.New("sequence: nil Store")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	l := &Leaser{
+		store:      s,
+		defaultTTL: cmp.Or(cfg.DefaultTTL, DefaultTTL),
+		maxTTL:     cmp.Or(cfg.MaxTTL, DefaultMaxTTL),
+		maxPayload: cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
+		owner:      cfg.Owner,
+		now:        cfg.Now,
+	}
+	switch {
+	case l.maxTTL < 0 || l.maxTTL > store.MaxTTL:
+		return nil, fmt.Errorf("sequence: Config.MaxTTL %v must be in (0, %v]", cfg.MaxTTL, store.MaxTTL)
+	case l.defaultTTL < 0 || l.defaultTTL > l.maxTTL:
+		return nil, fmt.Errorf("sequence: Config.DefaultTTL %v must be in (0, MaxTTL %v]", cfg.DefaultTTL, l.maxTTL)
+	case l.maxPayload < 0:
+		return nil, fmt.Errorf("sequence: Config.MaxPayload %d must not be negative", cfg.MaxPayload)
+	}
+	if err := store.ValidateText("owner", l.owner); err != nil {
+		return nil, fmt.Errorf("sequence: Config.Owner: %w", err)
+	}
+	if l.owner == "" {
+		host, _ := os.Hostname()
+		l.owner = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	return l, nil
+}
+
+// LeaseOpts are the options of a lease. A nil *LeaseOpts means the defaults.
+type LeaseOpts struct {
+	// OperationID is the caller's id for the work, recorded on the entry; the
+	// cleanup loop passes it to the recovery steps. Optional.
+	OperationID string
+	// Kind is the caller's kind of work (e.g. the projection type), recorded
+	// on the entry and used as a metrics attribute. Optional.
+	Kind string
+	// TTL is the lease duration. Default: Config.DefaultTTL.
+	TTL time.Duration
+}
+
+// Lease leases the next number of stream.
+func (l *Leaser) Lease(ctx context.Context, stream string, opts *LeaseOpts) (*Lease, error) {
+	leases, err := l.LeaseN(ctx, stream, 1, opts)
+	if err != nil {
+		return nil, err
+	}
+	return leases[0], nil
+}
+
+// LeaseN leases the next n numbers of stream in one round trip, all with
+// the same options. n must be in 1..store.MaxBatch.
+func (l *Leaser) LeaseN(ctx context.Context, stream string, n int, opts *LeaseOpts) ([]*Lease, error) {
+	if opts == nil {
+		opts = &LeaseOpts{}
+	}
+	ttl := cmp.Or(opts.TTL, l.defaultTTL)
+	if err := store.ValidateTTL(ttl, l.maxTTL); err != nil {
+		return nil, fmt.Errorf("sequence: lease: %w", err)
+	}
+	if n < 1 || n > store.MaxBatch {
+		return nil, fmt.Errorf("sequence: lease: %w: %d, must be 1..%d", ErrInvalidCount, n, store.MaxBatch)
+	}
+	reqs := make([]store.LeaseRequest, n)
+	for i := range reqs {
+		reqs[i] = store.LeaseRequest{OperationID: opts.OperationID, Kind: opts.Kind, TTL: ttl}
+	}
+	start := l.now()
+	entries, err := l.store.Lease(ctx, stream, reqs, &store.LeaseParams{Owner: l.owner})
+	if err != nil {
+		return nil, fmt.Errorf("sequence: %w", err)
+	}
+	out := make([]*Lease, len(entries))
+	for i := range entries {
+		out[i] = l.handle(&entries[i], start)
+	}
+	return out, nil
+}
+
+func (l *Leaser) handle(e *store.Entry, start time.Time) *Lease {
+	return &Lease{
+		leaser:        l,
+		stream:        e.Stream,
+		number:        e.Number,
+		token:         e.Token,
+		operationID:   e.OperationID,
+		kind:          e.Kind,
+		leasedAt:      e.LeasedAt,
+		expiresAt:     e.ExpiresAt,
+		localDeadline: start.Add(e.ExpiresAt.Sub(e.LeasedAt)),
+	}
+}

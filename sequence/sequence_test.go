@@ -1,0 +1,219 @@
+package sequence_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/internal/pgtest"
+	"github.com/seqlease/seqlease/sequence"
+	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/memory"
+	"github.com/seqlease/seqlease/store/postgres"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// clock is a settable clock shared by a memory store (its "database clock")
+// and a Leaser (the holder's clock).
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// backend is one store under test, with a way to make time pass for it.
+type backend struct {
+	name  string
+	store sequence.Store
+	// expire makes every lease with a TTL of at most shortTTL expire.
+	expire func(t *testing.T)
+	now    func() time.Time // the Leaser's clock
+}
+
+// shortTTL is the lease duration the tests use when they want leases to
+// expire: the backends' precision, over before any round trip arrives.
+const shortTTL = time.Microsecond
+
+// backends returns a fresh memory store (on a manual clock) and a fresh
+// PostgreSQL store (on its own schema).
+func backends(t *testing.T) []backend {
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	pool := pgtest.Shared(t, false)
+	pg, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(t, pool)})
+	require.NoError(t, err)
+	return []backend{
+		{name: "memory", store: memory.New(&memory.Config{Now: c.Now}), expire: func(*testing.T) { c.Advance(shortTTL) }, now: c.Now},
+		// A round trip takes far longer than shortTTL: by the next
+		// statement the database's clock is past the expiry.
+		{name: "postgres", store: pg, expire: func(*testing.T) {}, now: time.Now},
+	}
+}
+
+func newLeaser(t *testing.T, b backend) *sequence.Leaser {
+	l, err := sequence.New(b.store, &sequence.Config{Now: b.now, MaxPayload: 64})
+	require.NoError(t, err)
+	return l
+}
+
+func TestLeaseCommitRelease(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := newLeaser(t, b)
+			a, err := l.Lease(ctx, "orders", &sequence.LeaseOpts{OperationID: "op-1", Kind: "projection", TTL: time.Minute})
+			require.NoError(t, err)
+			require.Equal(t, int64(1), a.Number())
+			require.Equal(t, "orders", a.Stream())
+			require.Equal(t, "op-1", a.OperationID())
+			require.Equal(t, "projection", a.Kind())
+			require.Equal(t, time.Minute, a.ExpiresAt().Sub(a.LeasedAt()))
+			require.False(t, a.IsExpired())
+			require.LessOrEqual(t, a.Remaining(), time.Minute)
+			require.Greater(t, a.Remaining(), 50*time.Second)
+
+			batch, err := l.LeaseN(ctx, "orders", 3, nil)
+			require.NoError(t, err)
+			require.Len(t, batch, 3)
+			for i, x := range batch {
+				require.Equal(t, int64(2+i), x.Number())
+				require.Equal(t, sequence.DefaultTTL, x.ExpiresAt().Sub(x.LeasedAt()))
+			}
+
+			require.NoError(t, a.Commit(ctx, []byte("one")))
+			require.NoError(t, a.Commit(ctx, []byte("one")), "the holder's retry reports the same outcome")
+			require.NoError(t, batch[0].Release(ctx))
+			require.NoError(t, batch[0].Release(ctx), "releasing twice is not an error")
+			require.ErrorIs(t, batch[0].Commit(ctx, nil), sequence.ErrReleased)
+			require.ErrorIs(t, a.Release(ctx), sequence.ErrCommitted)
+
+			before := batch[1].ExpiresAt()
+			require.NoError(t, batch[1].Extend(ctx, 2*time.Hour/3))
+			require.True(t, batch[1].ExpiresAt().After(before))
+			require.NoError(t, batch[1].Commit(ctx, nil))
+		})
+	}
+}
+
+func TestExpiredLeaseCannotCommitOrExtend(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := newLeaser(t, b)
+			x, err := l.Lease(ctx, "s", &sequence.LeaseOpts{TTL: shortTTL})
+			require.NoError(t, err)
+			b.expire(t)
+			require.True(t, x.IsExpired())
+			require.Zero(t, x.Remaining())
+			require.ErrorIs(t, x.Commit(ctx, []byte("late")), sequence.ErrExpired)
+			require.ErrorIs(t, x.Extend(ctx, time.Minute), sequence.ErrExpired)
+			// Releasing an expired, unresolved lease is how a holder gives up
+			// quickly; it resolves the number as a released gap.
+			require.NoError(t, x.Release(ctx))
+		})
+	}
+}
+
+// TestBadInput lists each bad input the Leaser and its handles refuse: each
+// gets a typed error and changes nothing.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			l := newLeaser(t, b)
+			held, err := l.Lease(ctx, "bad", &sequence.LeaseOpts{TTL: time.Hour})
+			require.NoError(t, err)
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+
+			cases := []struct {
+				name string
+				call func() error
+				want error
+			}{
+				{"empty stream name", func() error { _, err := l.Lease(ctx, "", nil); return err }, sequence.ErrInvalidStream},
+				{"over-long stream name", func() error { _, err := l.Lease(ctx, strings.Repeat("s", store.MaxNameLen+1), nil); return err }, sequence.ErrInvalidStream},
+				{"stream name with NUL", func() error { _, err := l.Lease(ctx, "a\x00b", nil); return err }, sequence.ErrInvalidStream},
+				{"stream name not UTF-8", func() error { _, err := l.Lease(ctx, "\xff\xfe", nil); return err }, sequence.ErrInvalidStream},
+				{"negative TTL", func() error { _, err := l.Lease(ctx, "bad", &sequence.LeaseOpts{TTL: -time.Second}); return err }, sequence.ErrInvalidTTL},
+				{"TTL above MaxTTL", func() error {
+					_, err := l.Lease(ctx, "bad", &sequence.LeaseOpts{TTL: sequence.DefaultMaxTTL + time.Second})
+					return err
+				}, sequence.ErrInvalidTTL},
+				{"batch of zero", func() error { _, err := l.LeaseN(ctx, "bad", 0, nil); return err }, sequence.ErrInvalidCount},
+				{"negative batch", func() error { _, err := l.LeaseN(ctx, "bad", -1, nil); return err }, sequence.ErrInvalidCount},
+				{"absurd batch", func() error { _, err := l.LeaseN(ctx, "bad", store.MaxBatch+1, nil); return err }, sequence.ErrInvalidCount},
+				{"over-long kind", func() error {
+					_, err := l.Lease(ctx, "bad", &sequence.LeaseOpts{Kind: strings.Repeat("k", store.MaxTextLen+1)})
+					return err
+				}, store.ErrInvalidText},
+				{"oversized payload", func() error { return held.Commit(ctx, make([]byte, 65)) }, sequence.ErrPayloadTooLarge},
+				{"extend TTL above MaxTTL", func() error { return held.Extend(ctx, 2*sequence.DefaultMaxTTL) }, sequence.ErrInvalidTTL},
+				{"extend negative TTL", func() error { return held.Extend(ctx, -time.Second) }, sequence.ErrInvalidTTL},
+				{"lease with cancelled context", func() error { _, err := l.Lease(cancelled, "bad", nil); return err }, context.Canceled},
+				{"commit with cancelled context", func() error { return held.Commit(cancelled, nil) }, context.Canceled},
+				{"release with cancelled context", func() error { return held.Release(cancelled) }, context.Canceled},
+				{"extend with cancelled context", func() error { return held.Extend(cancelled, time.Minute) }, context.Canceled},
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					err := c.call()
+					require.ErrorIs(t, err, c.want)
+					if c.want != context.Canceled {
+						require.ErrorIs(t, err, sequence.ErrInvalidArgument)
+					}
+				})
+			}
+			// Nothing changed: the held lease is still the only entry, still
+			// held, and still commits.
+			next, err := l.Lease(ctx, "bad", nil)
+			require.NoError(t, err)
+			require.Equal(t, int64(2), next.Number())
+			require.NoError(t, held.Commit(ctx, []byte("ok")))
+		})
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	s := memory.New(nil)
+	for _, c := range []struct {
+		name  string
+		cfg   sequence.Config
+		field string
+	}{
+		{"negative MaxTTL", sequence.Config{MaxTTL: -1}, "MaxTTL"},
+		{"MaxTTL above the store limit", sequence.Config{MaxTTL: store.MaxTTL + 1}, "MaxTTL"},
+		{"DefaultTTL above MaxTTL", sequence.Config{DefaultTTL: 2 * time.Hour, MaxTTL: time.Hour}, "DefaultTTL"},
+		{"negative DefaultTTL", sequence.Config{DefaultTTL: -1}, "DefaultTTL"},
+		{"negative MaxPayload", sequence.Config{MaxPayload: -1}, "MaxPayload"},
+		{"owner with control character", sequence.Config{Owner: "a\nb"}, "Owner"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := sequence.New(s, &c.cfg)
+			require.ErrorContains(t, err, "Config."+c.field)
+		})
+	}
+	_, err := sequence.New(nil, nil)
+	require.Error(t, err)
+	_, err = sequence.New(s, nil)
+	require.NoError(t, err)
+}

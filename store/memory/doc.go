@@ -1,0 +1,20 @@
+// Package memory is the embedded, in-process backend of seqlease: the default
+// for single-process pipelines, demos and fast tests. It keeps the semantics of
+// the PostgreSQL backend exactly (the conformance suite in store/storetest
+// runs against both) but nothing survives the process.
+//
+// # Layout
+//
+// Streams live in a sync.Map, so looking one up takes no lock shared between
+// streams. Each stream has its own mutex guarding a slice of entries indexed
+// by number-1: numbers are dense, so the slice is the whole ledger, and
+// leasing is an append. A cursor, the first unresolved number, only moves
+// forward over resolved entries; the watermark is that cursor minus one, and
+// advancing it costs amortised O(1) per resolution.
+//
+// # Time
+//
+// The store's clock (Config.Now, time.Now by default) plays the role of the
+// database clock, truncated to microseconds like PostgreSQL's. Every call may
+// pin it with the Now field of its parameters.
+package memory

@@ -1,0 +1,378 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// Config configures a Store. A nil *Config means the defaults.
+type Config struct {
+	// Now is the store's clock, standing in for the database clock.
+	// Default: time.Now.
+	Now func() time.Time
+}
+
+// Store is the in-memory backend. The zero value is not usable; call New.
+type Store struct {
+	now     func() time.Time
+	streams sync.Map // string -> *stream
+}
+
+// New returns an empty Store.
+func New(cfg *Config) *Store {
+	s := &Store{now: time.Now}
+	if cfg != nil && cfg.Now != nil {
+		s.now = cfg.Now
+	}
+	return s
+}
+
+type stream struct {
+	mu      sync.Mutex
+	entries []store.Entry // entries[i] has number i+1
+	// firstUnresolved is the smallest number that may be unresolved: every
+	// entry below it is resolved. The watermark is firstUnresolved-1.
+	firstUnresolved int64
+	unresolved      int64
+}
+
+func (s *Store) clock(pinned *time.Time) time.Time {
+	if pinned != nil {
+		return store.Micro(*pinned)
+	}
+	return store.Micro(s.now())
+}
+
+func (s *Store) stream(name string) (*stream, error) {
+	v, ok := s.streams.Load(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", store.ErrStreamNotFound, name)
+	}
+	return v.(*stream), nil
+}
+
+// entry returns the entry of number, or ErrNotFound. st.mu must be held.
+func (st *stream) entry(number int64) (*store.Entry, error) {
+	if number < 1 || number > int64(len(st.entries)) {
+		return nil, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
+	}
+	return &st.entries[number-1], nil
+}
+
+// resolve marks e resolved at t and advances the watermark cursor.
+// st.mu must be held.
+func (st *stream) resolve(e *store.Entry, state store.State, t time.Time) {
+	e.State = state
+	e.ResolvedAt = t
+	st.unresolved--
+	for st.firstUnresolved <= int64(len(st.entries)) && st.entries[st.firstUnresolved-1].State.Resolved() {
+		st.firstUnresolved++
+	}
+}
+
+// Lease implements the storage contract's Lease.
+func (s *Store) Lease(ctx context.Context, name string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error) {
+	if err := store.ValidateLease(name, reqs, p); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	var owner string
+	var pinned *time.Time
+	if p != nil {
+		owner, pinned = p.Owner, p.Now
+	}
+	v, _ := s.streams.LoadOrStore(name, &stream{firstUnresolved: 1})
+	st := v.(*stream)
+
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := s.clock(pinned)
+	base := int64(len(st.entries))
+	out := make([]store.Entry, len(reqs))
+	for i, r := range reqs {
+		out[i] = store.Entry{
+			Stream:      name,
+			Number:      base + int64(i) + 1,
+			State:       store.Leased,
+			Token:       store.NewToken(),
+			Owner:       owner,
+			OperationID: r.OperationID,
+			Kind:        r.Kind,
+			LeasedAt:    now,
+			ExpiresAt:   now.Add(r.TTL.Truncate(time.Microsecond)), // microseconds, like PostgreSQL
+		}
+	}
+	st.entries = append(st.entries, out...)
+	st.unresolved += int64(len(out))
+	return out, nil
+}
+
+// holding validates a (stream, number, token) call and returns the locked
+// stream and the entry. On success the caller must unlock st.mu.
+func (s *Store) holding(ctx context.Context, name string, number int64, token store.Token) (*stream, *store.Entry, error) {
+	if err := store.ValidateHolding(name, number, token); err != nil {
+		return nil, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
+	}
+	st.mu.Lock()
+	e, err := st.entry(number)
+	if err != nil {
+		st.mu.Unlock()
+		return nil, nil, err
+	}
+	if e.Token != token {
+		st.mu.Unlock()
+		return nil, nil, store.ErrTokenMismatch
+	}
+	return st, e, nil
+}
+
+// resolvedErr explains why a resolved entry refuses an operation.
+func resolvedErr(e *store.Entry) error {
+	if e.State == store.Committed {
+		return store.ErrCommitted
+	}
+	return store.GapError(e.GapReason)
+}
+
+// Commit implements the storage contract's Commit.
+func (s *Store) Commit(ctx context.Context, name string, number int64, token store.Token, p *store.CommitParams) (time.Time, error) {
+	var payload []byte
+	var pinned *time.Time
+	if p != nil {
+		payload, pinned = p.Payload, p.Now
+	}
+	st, e, err := s.holding(ctx, name, number, token)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("commit: %w", err)
+	}
+	defer st.mu.Unlock()
+	switch {
+	case e.State == store.Committed:
+		return e.ResolvedAt, nil // the holder's retry: same outcome, no second write
+	case e.State != store.Leased:
+		return time.Time{}, fmt.Errorf("commit: %w", resolvedErr(e))
+	}
+	now := s.clock(pinned)
+	if !now.Before(e.ExpiresAt) {
+		return time.Time{}, fmt.Errorf("commit: %w", store.ErrExpired)
+	}
+	if payload != nil {
+		e.Payload = slices.Clone(payload)
+	}
+	st.resolve(e, store.Committed, now)
+	return now, nil
+}
+
+// Release implements the storage contract's Release.
+func (s *Store) Release(ctx context.Context, name string, number int64, token store.Token, p *store.ReleaseParams) error {
+	var pinned *time.Time
+	if p != nil {
+		pinned = p.Now
+	}
+	st, e, err := s.holding(ctx, name, number, token)
+	if err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	defer st.mu.Unlock()
+	switch {
+	case e.State == store.Gap && e.GapReason == store.ReasonReleased:
+		return nil // repeated release
+	case e.State != store.Leased:
+		return fmt.Errorf("release: %w", resolvedErr(e))
+	}
+	e.GapReason = store.ReasonReleased
+	st.resolve(e, store.Gap, s.clock(pinned))
+	return nil
+}
+
+// Extend implements the storage contract's Extend.
+func (s *Store) Extend(ctx context.Context, name string, number int64, token store.Token, p *store.ExtendParams) (time.Time, time.Time, error) {
+	if p == nil {
+		p = &store.ExtendParams{}
+	}
+	if err := store.ValidateTTL(p.TTL, 0); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", err)
+	}
+	st, e, err := s.holding(ctx, name, number, token)
+	if err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", err)
+	}
+	defer st.mu.Unlock()
+	if e.State != store.Leased {
+		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", resolvedErr(e))
+	}
+	now := s.clock(p.Now)
+	if !now.Before(e.ExpiresAt) {
+		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", store.ErrExpired)
+	}
+	e.ExpiresAt = now.Add(p.TTL.Truncate(time.Microsecond))
+	e.Renewals++
+	return now, e.ExpiresAt, nil
+}
+
+// ResolveExpired implements the storage contract's ResolveExpired.
+func (s *Store) ResolveExpired(ctx context.Context, name string, number int64, p *store.ResolveExpiredParams) error {
+	if p == nil {
+		p = &store.ResolveExpiredParams{}
+	}
+	reason, err := store.ExpiryReason(name, number, p)
+	if err != nil {
+		return fmt.Errorf("resolve expired: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("resolve expired: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return fmt.Errorf("resolve expired: %w: number %d", store.ErrNotFound, number)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e, err := st.entry(number)
+	if err != nil {
+		return fmt.Errorf("resolve expired: %w", err)
+	}
+	if e.State != store.Leased {
+		return fmt.Errorf("resolve expired: %w", resolvedErr(e))
+	}
+	now := s.clock(p.Now)
+	if now.Before(e.ExpiresAt) {
+		return fmt.Errorf("resolve expired: %w", store.ErrNotExpired)
+	}
+	e.GapReason = reason
+	e.RecoveredAs = p.RecoveredAs
+	st.resolve(e, store.Gap, now)
+	return nil
+}
+
+// ListExpired implements the storage contract's ListExpired.
+func (s *Store) ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error) {
+	if p == nil {
+		p = &store.ListExpiredParams{}
+	}
+	limit, err := store.ValidateListExpired(p)
+	if err != nil {
+		return nil, fmt.Errorf("list expired: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list expired: %w", err)
+	}
+	now := s.clock(p.Now)
+	var names []string
+	if p.Stream != "" {
+		names = []string{p.Stream}
+	} else {
+		s.streams.Range(func(k, _ any) bool {
+			names = append(names, k.(string))
+			return true
+		})
+		slices.Sort(names)
+	}
+	var out []store.Entry
+	for _, name := range names {
+		if name < p.AfterStream {
+			continue
+		}
+		v, ok := s.streams.Load(name)
+		if !ok {
+			continue
+		}
+		after := int64(0)
+		if name == p.AfterStream {
+			after = p.AfterNumber
+		}
+		out = v.(*stream).expired(out, name, after, now, limit)
+		if len(out) >= limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// expired appends the stream's expired leases with numbers > after to out,
+// until out holds limit entries.
+func (st *stream) expired(out []store.Entry, name string, after int64, now time.Time, limit int) []store.Entry {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for n := max(after+1, st.firstUnresolved); n <= int64(len(st.entries)) && len(out) < limit; n++ {
+		e := &st.entries[n-1]
+		if e.State == store.Leased && !now.Before(e.ExpiresAt) {
+			out = append(out, *e)
+		}
+	}
+	return out
+}
+
+// Read implements the storage contract's Read.
+func (s *Store) Read(ctx context.Context, name string, after int64, limit int) ([]store.Entry, error) {
+	limit, err := store.ValidateRead(name, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	from := min(after, int64(len(st.entries)))
+	to := min(from+int64(limit), int64(len(st.entries)))
+	out := slices.Clone(st.entries[from:to])
+	for i := range out {
+		out[i].Payload = slices.Clone(out[i].Payload)
+	}
+	return out, nil
+}
+
+// Stats implements the storage contract's Stats.
+func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, error) {
+	if err := store.ValidateStream(name); err != nil {
+		return store.StreamStats{}, fmt.Errorf("stats: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return store.StreamStats{}, fmt.Errorf("stats: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return store.StreamStats{}, fmt.Errorf("stats: %w", err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	stats := store.StreamStats{
+		Stream:     name,
+		NextNumber: int64(len(st.entries)) + 1,
+		Watermark:  st.firstUnresolved - 1,
+		Unresolved: st.unresolved,
+	}
+	if st.unresolved > 0 {
+		oldest := &st.entries[st.firstUnresolved-1]
+		stats.OldestUnresolved = oldest.Number
+		stats.OldestUnresolvedAt = oldest.LeasedAt
+	}
+	return stats, nil
+}
+
+// Now returns the store's clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, err
+	}
+	return s.clock(nil), nil
+}

@@ -1,0 +1,414 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/seqlease/seqlease/migrations"
+	"github.com/seqlease/seqlease/store"
+)
+
+// DB is what the Store needs of a connection pool: *pgxpool.Pool satisfies
+// it, and so does a wrapper that injects faults.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a Store. A nil *Config means the defaults.
+type Config struct {
+	// Schema holds the tables; it must have been migrated (package
+	// migrations). Default: migrations.DefaultSchema ("seqlease").
+	Schema string
+}
+
+// Store is the PostgreSQL backend.
+type Store struct {
+	db DB
+	q  queries
+}
+
+// New returns a Store on db. It validates the schema name but does not touch
+// the database.
+func New(db DB, cfg *Config) (*Store, error) {
+	schema := migrations.DefaultSchema
+	if cfg != nil && cfg.Schema != "" {
+		schema = cfg.Schema
+	}
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return nil, fmt.Errorf("postgres: Config.Schema: %w", err)
+	}
+	return &Store{db: db, q: buildQueries(schema)}, nil
+}
+
+// maxAttempts bounds the retries of a conditional write whose refusal could
+// not be explained because the row changed in between (a concurrent writer).
+const maxAttempts = 3
+
+// Lease implements the storage contract's Lease in one statement.
+func (s *Store) Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error) {
+	if err := store.ValidateLease(stream, reqs, p); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	if p == nil {
+		p = &store.LeaseParams{}
+	}
+	ops := make([]string, len(reqs))
+	kinds := make([]string, len(reqs))
+	ttls := make([]int64, len(reqs))
+	for i, r := range reqs {
+		ops[i], kinds[i], ttls[i] = r.OperationID, r.Kind, r.TTL.Microseconds()
+	}
+	rows, err := s.db.Query(ctx, s.q.lease, stream, len(reqs), p.Now, p.Owner, ops, kinds, ttls)
+	if err != nil {
+		return nil, interpretError("lease", err)
+	}
+	out := make([]store.Entry, 0, len(reqs))
+	var e store.Entry
+	var token pgtype.UUID
+	_, err = pgx.ForEachRow(rows, []any{&e.Number, &token, &e.LeasedAt, &e.ExpiresAt}, func() error {
+		out = append(out, e)
+		out[len(out)-1].Token = token.Bytes
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("lease", err)
+	}
+	if len(out) != len(reqs) {
+		return nil, fmt.Errorf("lease: %d entries returned for %d requests", len(out), len(reqs))
+	}
+	slices.SortFunc(out, func(a, b store.Entry) int { return int(a.Number - b.Number) })
+	for i := range out {
+		out[i].Stream = stream
+		out[i].State = store.Leased
+		out[i].Owner = p.Owner
+		out[i].OperationID = reqs[i].OperationID
+		out[i].Kind = reqs[i].Kind
+	}
+	return out, nil
+}
+
+// Commit implements the storage contract's Commit: one conditional UPDATE,
+// and on refusal one read that explains it.
+func (s *Store) Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error) {
+	if err := store.ValidateHolding(stream, number, token); err != nil {
+		return time.Time{}, fmt.Errorf("commit: %w", err)
+	}
+	if p == nil {
+		p = &store.CommitParams{}
+	}
+	for range maxAttempts {
+		var resolvedAt time.Time
+		err := s.db.QueryRow(ctx, s.q.commit, stream, number, uuid(token), p.Payload, p.Now).Scan(&resolvedAt)
+		if err == nil {
+			return resolvedAt, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return time.Time{}, interpretError("commit", err)
+		}
+		pr, err := s.probe(ctx, stream, number, token, p.Now)
+		if err != nil {
+			return time.Time{}, interpretError("commit", err)
+		}
+		switch {
+		case pr.state == store.Committed:
+			return pr.resolvedAt, nil // the holder's retry (I7)
+		case pr.state == store.Gap:
+			return time.Time{}, fmt.Errorf("commit: %w", store.GapError(pr.gapReason))
+		case pr.expired:
+			return time.Time{}, fmt.Errorf("commit: %w", store.ErrExpired)
+		}
+		// Leased and live: the row changed between the write and the probe.
+	}
+	return time.Time{}, fmt.Errorf("commit: entry %d kept changing under concurrent writers", number)
+}
+
+// Release implements the storage contract's Release.
+func (s *Store) Release(ctx context.Context, stream string, number int64, token store.Token, p *store.ReleaseParams) error {
+	if err := store.ValidateHolding(stream, number, token); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	if p == nil {
+		p = &store.ReleaseParams{}
+	}
+	for range maxAttempts {
+		tag, err := s.db.Exec(ctx, s.q.release, stream, number, uuid(token), p.Now)
+		if err != nil {
+			return interpretError("release", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		pr, err := s.probe(ctx, stream, number, token, p.Now)
+		if err != nil {
+			return interpretError("release", err)
+		}
+		switch {
+		case pr.state == store.Committed:
+			return fmt.Errorf("release: %w", store.ErrCommitted)
+		case pr.state == store.Gap && pr.gapReason == store.ReasonReleased:
+			return nil // repeated release
+		case pr.state == store.Gap:
+			return fmt.Errorf("release: %w", store.GapError(pr.gapReason))
+		}
+	}
+	return fmt.Errorf("release: entry %d kept changing under concurrent writers", number)
+}
+
+// Extend implements the storage contract's Extend.
+func (s *Store) Extend(ctx context.Context, stream string, number int64, token store.Token, p *store.ExtendParams) (time.Time, time.Time, error) {
+	if p == nil {
+		p = &store.ExtendParams{}
+	}
+	if err := store.ValidateTTL(p.TTL, 0); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", err)
+	}
+	if err := store.ValidateHolding(stream, number, token); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", err)
+	}
+	for range maxAttempts {
+		var now, expiresAt time.Time
+		err := s.db.QueryRow(ctx, s.q.extend, stream, number, uuid(token), p.Now, p.TTL.Microseconds()).Scan(&now, &expiresAt)
+		if err == nil {
+			return now, expiresAt, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return time.Time{}, time.Time{}, interpretError("extend", err)
+		}
+		pr, err := s.probe(ctx, stream, number, token, p.Now)
+		if err != nil {
+			return time.Time{}, time.Time{}, interpretError("extend", err)
+		}
+		switch {
+		case pr.state == store.Committed:
+			return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", store.ErrCommitted)
+		case pr.state == store.Gap:
+			return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", store.GapError(pr.gapReason))
+		case pr.expired:
+			return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", store.ErrExpired)
+		}
+	}
+	return time.Time{}, time.Time{}, fmt.Errorf("extend: entry %d kept changing under concurrent writers", number)
+}
+
+// ResolveExpired implements the storage contract's ResolveExpired.
+func (s *Store) ResolveExpired(ctx context.Context, stream string, number int64, p *store.ResolveExpiredParams) error {
+	if p == nil {
+		p = &store.ResolveExpiredParams{}
+	}
+	reason, err := store.ExpiryReason(stream, number, p)
+	if err != nil {
+		return fmt.Errorf("resolve expired: %w", err)
+	}
+	for range maxAttempts {
+		tag, err := s.db.Exec(ctx, s.q.resolveExpired, stream, number, reason, p.RecoveredAs, p.Now)
+		if err != nil {
+			return interpretError("resolve expired", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		pr, err := s.probe(ctx, stream, number, store.Token{}, p.Now)
+		if err != nil && !errors.Is(err, store.ErrTokenMismatch) {
+			return interpretError("resolve expired", err)
+		}
+		switch {
+		case pr.state == store.Committed:
+			return fmt.Errorf("resolve expired: %w", store.ErrCommitted)
+		case pr.state == store.Gap:
+			return fmt.Errorf("resolve expired: %w", store.GapError(pr.gapReason))
+		case !pr.expired:
+			return fmt.Errorf("resolve expired: %w", store.ErrNotExpired)
+		}
+	}
+	return fmt.Errorf("resolve expired: entry %d kept changing under concurrent writers", number)
+}
+
+// probed is the state of an entry as probe found it.
+type probed struct {
+	state      store.State
+	gapReason  string
+	resolvedAt time.Time
+	expired    bool
+}
+
+// probe reads an entry to explain a refused write. It returns ErrNotFound for
+// a number never handed out and, unless token is zero, ErrTokenMismatch for
+// a token that does not hold it.
+func (s *Store) probe(ctx context.Context, stream string, number int64, token store.Token, now *time.Time) (probed, error) {
+	var pr probed
+	var tok pgtype.UUID
+	var reason *string
+	var resolvedAt *time.Time
+	err := s.db.QueryRow(ctx, s.q.probe, stream, number, now).Scan(&pr.state, &tok, &reason, &resolvedAt, &pr.expired)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return pr, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
+	case err != nil:
+		return pr, err
+	}
+	if reason != nil {
+		pr.gapReason = *reason
+	}
+	if resolvedAt != nil {
+		pr.resolvedAt = *resolvedAt
+	}
+	if !token.IsZero() && store.Token(tok.Bytes) != token {
+		return pr, store.ErrTokenMismatch
+	}
+	return pr, nil
+}
+
+// ListExpired implements the storage contract's ListExpired.
+func (s *Store) ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error) {
+	if p == nil {
+		p = &store.ListExpiredParams{}
+	}
+	limit, err := store.ValidateListExpired(p)
+	if err != nil {
+		return nil, fmt.Errorf("list expired: %w", err)
+	}
+	var rows pgx.Rows
+	if p.Stream != "" {
+		after := p.AfterNumber
+		switch {
+		case p.AfterStream > p.Stream:
+			return nil, nil
+		case p.AfterStream < p.Stream:
+			after = 0
+		}
+		rows, err = s.db.Query(ctx, s.q.listExpiredStream, p.Now, p.Stream, after, limit)
+	} else {
+		rows, err = s.db.Query(ctx, s.q.listExpired, p.Now, p.AfterStream, p.AfterNumber, limit)
+	}
+	if err != nil {
+		return nil, interpretError("list expired", err)
+	}
+	out, err := collectEntries(rows)
+	if err != nil {
+		return nil, interpretError("list expired", err)
+	}
+	return out, nil
+}
+
+// Read implements the storage contract's Read.
+func (s *Store) Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error) {
+	limit, err := store.ValidateRead(stream, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	rows, err := s.db.Query(ctx, s.q.read, stream, after, limit)
+	if err != nil {
+		return nil, interpretError("read", err)
+	}
+	out, err := collectEntries(rows)
+	if err != nil {
+		return nil, interpretError("read", err)
+	}
+	if len(out) == 0 {
+		var exists bool
+		err := s.db.QueryRow(ctx, s.q.streamExists, stream).Scan(&exists)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("read: %w: %q", store.ErrStreamNotFound, stream)
+		}
+		if err != nil {
+			return nil, interpretError("read", err)
+		}
+	}
+	return out, nil
+}
+
+// Stats implements the storage contract's Stats in one statement.
+func (s *Store) Stats(ctx context.Context, stream string) (store.StreamStats, error) {
+	if err := store.ValidateStream(stream); err != nil {
+		return store.StreamStats{}, fmt.Errorf("stats: %w", err)
+	}
+	st := store.StreamStats{Stream: stream}
+	var last int64
+	var oldest *int64
+	var oldestAt *time.Time
+	err := s.db.QueryRow(ctx, s.q.stats, stream).Scan(&last, &st.Unresolved, &oldest, &oldestAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.StreamStats{}, fmt.Errorf("stats: %w: %q", store.ErrStreamNotFound, stream)
+	}
+	if err != nil {
+		return store.StreamStats{}, interpretError("stats", err)
+	}
+	st.NextNumber = last + 1
+	st.Watermark = last
+	if oldest != nil {
+		st.OldestUnresolved = *oldest
+		st.OldestUnresolvedAt = *oldestAt
+		st.Watermark = *oldest - 1
+	}
+	return st, nil
+}
+
+// Now returns the database's clock.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.db.QueryRow(ctx, s.q.now).Scan(&now); err != nil {
+		return time.Time{}, interpretError("now", err)
+	}
+	return now, nil
+}
+
+// collectEntries scans rows of entryColumns.
+func collectEntries(rows pgx.Rows) ([]store.Entry, error) {
+	var out []store.Entry
+	var (
+		e           store.Entry
+		token       pgtype.UUID
+		resolvedAt  *time.Time
+		gapReason   *string
+		recoveredAs *int64
+	)
+	dest := []any{&e.Stream, &e.Number, &e.State, &token, &e.Owner, &e.OperationID, &e.Kind,
+		&e.LeasedAt, &e.ExpiresAt, &e.Renewals, &resolvedAt, &e.Payload, &gapReason, &recoveredAs}
+	_, err := pgx.ForEachRow(rows, dest, func() error {
+		x := e
+		x.Token = token.Bytes
+		if resolvedAt != nil {
+			x.ResolvedAt = *resolvedAt
+		}
+		if gapReason != nil {
+			x.GapReason = *gapReason
+		}
+		if recoveredAs != nil {
+			x.RecoveredAs = *recoveredAs
+		}
+		out = append(out, x)
+		e, resolvedAt, gapReason, recoveredAs = store.Entry{}, nil, nil, nil
+		return nil
+	})
+	return out, err
+}
+
+func uuid(t store.Token) pgtype.UUID { return pgtype.UUID{Bytes: t, Valid: true} }
+
+// interpretError maps a driver error to the sentinels of package store, with
+// the operation as prefix. It is the one place that knows pgx's errors.
+func interpretError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", op, err)
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		return fmt.Errorf("%s: %w: %s (run the migrations)", op, ErrSchemaMissing, pgErr.Message)
+	case errors.As(err, &pgErr) && pgErr.Code == "3F000": // invalid_schema_name
+		return fmt.Errorf("%s: %w: %s (run the migrations)", op, ErrSchemaMissing, pgErr.Message)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// ErrSchemaMissing reports that the configured schema or its tables do not
+// exist: the migrations have not run.
+var ErrSchemaMissing = errors.New("postgres: schema not migrated")

@@ -1,0 +1,123 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// queries holds the statements of a Store with the schema quoted in.
+type queries struct {
+	lease, commit, release, extend, resolveExpired string
+	probe, listExpired, listExpiredStream          string
+	read, streamExists, stats, now                 string
+}
+
+// entryColumns is the column list scanEntry reads.
+const entryColumns = `stream, number, state, token, owner, operation_id, kind, leased_at,
+	expires_at, renewals, resolved_at, payload, gap_reason, recovered_as`
+
+// nowExpr is the backend's clock at the statement: the pinned time when the
+// caller passes one (tests do), clock_timestamp() otherwise. clock_timestamp,
+// not now(): inside a long transaction now() is the transaction's start.
+const nowExpr = `COALESCE($%d::timestamptz, clock_timestamp())`
+
+func buildQueries(schema string) queries {
+	s := pgx.Identifier{schema}.Sanitize()
+	q := queries{
+		// The upsert of the stream row and the insert of the entries are one
+		// statement, so one transaction: if it fails, the counter rolls back
+		// with it and no number is lost (dense, I1). The row lock on the
+		// stream row orders concurrent leasers. The leased-at time is read
+		// after that lock (the CTE n depends on s).
+		lease: `
+WITH s AS (
+	INSERT INTO {s}.streams AS s (name, last_number) VALUES ($1, $2)
+	ON CONFLICT (name) DO UPDATE SET last_number = s.last_number + EXCLUDED.last_number
+	RETURNING s.last_number
+), n AS (
+	SELECT s.last_number - $2 AS base, ` + nowf(3) + ` AS t FROM s
+)
+INSERT INTO {s}.entries (stream, number, state, token, owner, operation_id, kind, leased_at, expires_at)
+SELECT $1, n.base + r.ord, 'leased', gen_random_uuid(), $4, r.op, r.kind, n.t, n.t + r.ttl * interval '1 microsecond'
+FROM n, unnest($5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS r(op, kind, ttl, ord)
+RETURNING number, token, leased_at, expires_at`,
+
+		// The conditional writes below are the moment of decision: the row
+		// lock orders a commit against a concurrent expiry resolution, and
+		// the clock is read in the WHERE clause, which PostgreSQL evaluates
+		// again on the newest row version after waiting for a lock.
+		// resolved_at is capped just below the expiry: the WHERE clause saw
+		// the clock before it, so the cap never dates a commit before its
+		// decision.
+		commit: `
+UPDATE {s}.entries
+SET state = 'committed', payload = $4,
+	resolved_at = LEAST(` + nowf(5) + `, expires_at - interval '1 microsecond')
+WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
+	AND expires_at > ` + nowf(5) + `
+RETURNING resolved_at`,
+
+		release: `
+UPDATE {s}.entries
+SET state = 'gap', gap_reason = 'released', resolved_at = ` + nowf(4) + `
+WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'`,
+
+		extend: `
+UPDATE {s}.entries
+SET expires_at = ` + nowf(4) + ` + $5 * interval '1 microsecond', renewals = renewals + 1
+WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
+	AND expires_at > ` + nowf(4) + `
+RETURNING expires_at - $5 * interval '1 microsecond', expires_at`,
+
+		resolveExpired: `
+UPDATE {s}.entries
+SET state = 'gap', gap_reason = $3, recovered_as = NULLIF($4, 0), resolved_at = ` + nowf(5) + `
+WHERE stream = $1 AND number = $2 AND state = 'leased' AND expires_at <= ` + nowf(5),
+
+		// probe explains a refused conditional write, in a new statement so
+		// it sees the row as the write's decision left it.
+		probe: `
+SELECT state, token, gap_reason, resolved_at, expires_at <= ` + nowf(3) + `
+FROM {s}.entries WHERE stream = $1 AND number = $2`,
+
+		listExpired: `
+SELECT ` + entryColumns + ` FROM {s}.entries
+WHERE state = 'leased' AND expires_at <= ` + nowf(1) + ` AND (stream, number) > ($2, $3)
+ORDER BY stream, number LIMIT $4`,
+
+		listExpiredStream: `
+SELECT ` + entryColumns + ` FROM {s}.entries
+WHERE state = 'leased' AND expires_at <= ` + nowf(1) + ` AND stream = $2 AND number > $3
+ORDER BY number LIMIT $4`,
+
+		read: `
+SELECT ` + entryColumns + ` FROM {s}.entries
+WHERE stream = $1 AND number > $2 ORDER BY number LIMIT $3`,
+
+		streamExists: `SELECT true FROM {s}.streams WHERE name = $1`,
+
+		// One statement, one snapshot.
+		stats: `
+SELECT s.last_number,
+	(SELECT count(*) FROM {s}.entries e WHERE e.stream = s.name AND e.state = 'leased'),
+	o.number, o.leased_at
+FROM {s}.streams s
+LEFT JOIN LATERAL (
+	SELECT number, leased_at FROM {s}.entries e
+	WHERE e.stream = s.name AND e.state = 'leased' ORDER BY number LIMIT 1
+) o ON true
+WHERE s.name = $1`,
+
+		now: `SELECT clock_timestamp()`,
+	}
+	for _, p := range []*string{&q.lease, &q.commit, &q.release, &q.extend, &q.resolveExpired,
+		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats} {
+		*p = strings.ReplaceAll(*p, "{s}", s)
+	}
+	return q
+}
+
+// nowf returns nowExpr for parameter n.
+func nowf(n int) string { return fmt.Sprintf(nowExpr, n) }
