@@ -97,8 +97,15 @@ type Entry struct {
 	ResolvedAt  time.Time // zero while leased
 	Payload     []byte    // what Commit stored; nil if none
 
-	GapReason   string // why the entry is a gap; empty otherwise
-	RecoveredAs int64  // for a gap whose work moved, the number it moved to; else 0
+	// GapReason says why the entry is (or, if filled, was) a gap; empty
+	// for entries that were never gaps.
+	GapReason   string
+	RecoveredAs int64 // for a gap whose work moved, the number it moved to; else 0
+
+	// FilledAt is when a gap was filled through the fill policy; zero if it
+	// never was. A filled entry is Committed, with the filler's payload.
+	FilledAt time.Time
+	FilledBy string // who filled it
 }
 
 // LeaseRequest describes one number to lease.

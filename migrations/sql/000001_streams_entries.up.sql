@@ -10,6 +10,9 @@ CREATE TABLE streams (
     name        text        COLLATE "C" PRIMARY KEY,
     -- the highest number handed out (N); the next lease gets last_number + 1
     last_number bigint      NOT NULL CHECK (last_number >= 0),
+    -- retention: entries below low_point were trimmed; readers asking for
+    -- them get an error instead of silence
+    low_point   bigint      NOT NULL DEFAULT 1 CHECK (low_point >= 1),
     created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
@@ -28,12 +31,20 @@ CREATE TABLE entries (
     payload      bytea,
     gap_reason   text,
     recovered_as bigint,
+    -- a gap filled through the fill policy becomes committed and says so;
+    -- gap_reason keeps why it had been a gap
+    filled_at    timestamptz,
+    filled_by    text,
     PRIMARY KEY (stream, number),
-    CHECK ((state = 'leased') = (resolved_at IS NULL)),
-    CHECK ((state = 'gap') = (gap_reason IS NOT NULL))
+    CONSTRAINT entries_resolved_iff_final CHECK ((state = 'leased') = (resolved_at IS NULL)),
+    CONSTRAINT entries_gap_has_reason CHECK (state <> 'gap' OR gap_reason IS NOT NULL),
+    CONSTRAINT entries_reason_only_on_gaps CHECK (gap_reason IS NULL OR state = 'gap' OR filled_at IS NOT NULL),
+    CONSTRAINT entries_filled_are_committed CHECK (filled_at IS NULL OR (state = 'committed' AND filled_by IS NOT NULL))
 );
 
 -- Hot queries touch only unresolved entries: the oldest unresolved number of
 -- a stream (the watermark), the in-flight count, the expired scan.
 CREATE INDEX entries_unresolved ON entries (stream, number) WHERE state = 'leased';
 CREATE INDEX entries_expiry ON entries (expires_at) WHERE state = 'leased';
+-- Gaps are few; listing and counting them must not scan the history.
+CREATE INDEX entries_gaps ON entries (stream, number) WHERE state = 'gap';

@@ -33,8 +33,11 @@ func New(cfg *Config) *Store {
 }
 
 type stream struct {
-	mu      sync.Mutex
-	entries []store.Entry // entries[i] has number i+1
+	mu sync.Mutex
+	// entries holds the retained ledger: entries[i] has number low+i. low
+	// starts at 1 and only Trim raises it.
+	entries []store.Entry
+	low     int64
 	// firstUnresolved is the smallest number that may be unresolved: every
 	// entry below it is resolved. The watermark is firstUnresolved-1.
 	firstUnresolved int64
@@ -58,11 +61,18 @@ func (s *Store) stream(name string) (*stream, error) {
 
 // entry returns the entry of number, or ErrNotFound. st.mu must be held.
 func (st *stream) entry(number int64) (*store.Entry, error) {
-	if number < 1 || number > int64(len(st.entries)) {
+	if number < st.low || number > st.last() {
 		return nil, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
 	}
-	return &st.entries[number-1], nil
+	return st.at(number), nil
 }
+
+// last returns the highest number handed out (N). st.mu must be held.
+func (st *stream) last() int64 { return st.low - 1 + int64(len(st.entries)) }
+
+// at returns the retained entry of number n, low <= n <= last().
+// st.mu must be held.
+func (st *stream) at(n int64) *store.Entry { return &st.entries[n-st.low] }
 
 // resolve marks e resolved at t and advances the watermark cursor.
 // st.mu must be held.
@@ -70,7 +80,7 @@ func (st *stream) resolve(e *store.Entry, state store.State, t time.Time) {
 	e.State = state
 	e.ResolvedAt = t
 	st.unresolved--
-	for st.firstUnresolved <= int64(len(st.entries)) && st.entries[st.firstUnresolved-1].State.Resolved() {
+	for st.firstUnresolved <= st.last() && st.at(st.firstUnresolved).State.Resolved() {
 		st.firstUnresolved++
 	}
 }
@@ -88,13 +98,13 @@ func (s *Store) Lease(ctx context.Context, name string, reqs []store.LeaseReques
 	if p != nil {
 		owner, pinned = p.Owner, p.Now
 	}
-	v, _ := s.streams.LoadOrStore(name, &stream{firstUnresolved: 1})
+	v, _ := s.streams.LoadOrStore(name, &stream{low: 1, firstUnresolved: 1})
 	st := v.(*stream)
 
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := s.clock(pinned)
-	base := int64(len(st.entries))
+	base := st.last()
 	out := make([]store.Entry, len(reqs))
 	for i, r := range reqs {
 		out[i] = store.Entry{
@@ -308,8 +318,8 @@ func (s *Store) ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]
 func (st *stream) expired(out []store.Entry, name string, after int64, now time.Time, limit int) []store.Entry {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for n := max(after+1, st.firstUnresolved); n <= int64(len(st.entries)) && len(out) < limit; n++ {
-		e := &st.entries[n-1]
+	for n := max(after+1, st.firstUnresolved); n <= st.last() && len(out) < limit; n++ {
+		e := st.at(n)
 		if e.State == store.Leased && !now.Before(e.ExpiresAt) {
 			out = append(out, *e)
 		}
@@ -332,9 +342,9 @@ func (s *Store) Read(ctx context.Context, name string, after int64, limit int) (
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	from := min(after, int64(len(st.entries)))
-	to := min(from+int64(limit), int64(len(st.entries)))
-	out := slices.Clone(st.entries[from:to])
+	from := min(max(after+1, st.low), st.last()+1)
+	to := min(from+int64(limit), st.last()+1)
+	out := slices.Clone(st.entries[from-st.low : to-st.low])
 	for i := range out {
 		out[i].Payload = slices.Clone(out[i].Payload)
 	}
@@ -357,12 +367,12 @@ func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, erro
 	defer st.mu.Unlock()
 	stats := store.StreamStats{
 		Stream:     name,
-		NextNumber: int64(len(st.entries)) + 1,
+		NextNumber: st.last() + 1,
 		Watermark:  st.firstUnresolved - 1,
 		Unresolved: st.unresolved,
 	}
 	if st.unresolved > 0 {
-		oldest := &st.entries[st.firstUnresolved-1]
+		oldest := st.at(st.firstUnresolved)
 		stats.OldestUnresolved = oldest.Number
 		stats.OldestUnresolvedAt = oldest.LeasedAt
 	}

@@ -370,9 +370,12 @@ func collectEntries(rows pgx.Rows) ([]store.Entry, error) {
 		resolvedAt  *time.Time
 		gapReason   *string
 		recoveredAs *int64
+		filledAt    *time.Time
+		filledBy    *string
 	)
 	dest := []any{&e.Stream, &e.Number, &e.State, &token, &e.Owner, &e.OperationID, &e.Kind,
-		&e.LeasedAt, &e.ExpiresAt, &e.Renewals, &resolvedAt, &e.Payload, &gapReason, &recoveredAs}
+		&e.LeasedAt, &e.ExpiresAt, &e.Renewals, &resolvedAt, &e.Payload, &gapReason, &recoveredAs,
+		&filledAt, &filledBy}
 	_, err := pgx.ForEachRow(rows, dest, func() error {
 		x := e
 		x.Token = token.Bytes
@@ -385,8 +388,11 @@ func collectEntries(rows pgx.Rows) ([]store.Entry, error) {
 		if recoveredAs != nil {
 			x.RecoveredAs = *recoveredAs
 		}
+		if filledAt != nil {
+			x.FilledAt, x.FilledBy = *filledAt, *filledBy
+		}
 		out = append(out, x)
-		e, resolvedAt, gapReason, recoveredAs = store.Entry{}, nil, nil, nil
+		e, resolvedAt, gapReason, recoveredAs, filledAt, filledBy = store.Entry{}, nil, nil, nil, nil, nil
 		return nil
 	})
 	return out, err

@@ -16,7 +16,7 @@ type queries struct {
 
 // entryColumns is the column list scanEntry reads.
 const entryColumns = `stream, number, state, token, owner, operation_id, kind, leased_at,
-	expires_at, renewals, resolved_at, payload, gap_reason, recovered_as`
+	expires_at, renewals, resolved_at, payload, gap_reason, recovered_as, filled_at, filled_by`
 
 // nowExpr is the backend's clock at the statement: the pinned time when the
 // caller passes one (tests do), clock_timestamp() otherwise. clock_timestamp,
