@@ -12,6 +12,11 @@ import (
 
 // Lease is a held number of a stream: the handle its holder commits, releases
 // or extends. Its methods are safe for concurrent use.
+//
+// Like an etcd Session, a Lease can tell its holder when it is over: Done and
+// Context end the moment the lease is committed, released, or can no longer
+// be proven held (its local deadline passed, or the keep-alive could not
+// renew it in time), and Err says which.
 type Lease struct {
 	leaser      *Leaser
 	stream      string
@@ -24,6 +29,14 @@ type Lease struct {
 	mu            sync.Mutex
 	expiresAt     time.Time // by the database clock
 	localDeadline time.Time // the holder's conservative estimate, monotonic
+	timer         *time.Timer
+	ctx           context.Context
+	cancelCtx     context.CancelCauseFunc
+	keepAlive     *keepAlive
+
+	lost     chan struct{} // closed when the lease is over
+	lostOnce sync.Once
+	cause    error // why; set before lost closes
 }
 
 // Stream returns the stream the number belongs to.
@@ -68,22 +81,170 @@ func (x *Lease) Remaining() time.Duration {
 // IsExpired is false only if the holder's clock ran slow.
 func (x *Lease) IsExpired() bool { return x.Remaining() == 0 }
 
-// Commit resolves the number as committed with payload (nil for none). It
-// fails with ErrExpired once the lease expired by the database clock,
-// ErrReleased after Release, and ErrPayloadTooLarge above Config.MaxPayload;
-// a failed Commit changes nothing. Calling it again after it succeeded (or
-// after an error whose outcome is unknown, like a lost connection) reports
-// success exactly when the number is committed with this token.
+// Done returns a channel that is closed when the lease is over: committed,
+// released, past its local deadline, or lost by its keep-alive.
+func (x *Lease) Done() <-chan struct{} {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.armLocked()
+	return x.lost
+}
+
+// Context returns a context that is cancelled, with Err as its cause, when
+// the lease is over. Do the lease's work under it, so that work stops when
+// the lease can no longer be proven held.
+func (x *Lease) Context() context.Context {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.armLocked()
+	if x.ctx == nil {
+		x.ctx, x.cancelCtx = context.WithCancelCause(context.Background())
+		select {
+		case <-x.lost:
+			x.cancelCtx(x.cause)
+		default:
+		}
+	}
+	return x.ctx
+}
+
+// Err returns nil while the lease is held, and afterwards why it is over:
+// ErrCommitted, ErrReleased, ErrExpired (the local deadline passed) or ErrLost
+// (the keep-alive failed to renew in time; its last error is wrapped).
+func (x *Lease) Err() error {
+	select {
+	case <-x.lost:
+		return x.cause
+	default:
+		return nil
+	}
+}
+
+// armLocked starts the timer that ends the lease at its local deadline.
+// x.mu must be held.
+func (x *Lease) armLocked() {
+	if x.timer == nil {
+		x.timer = time.AfterFunc(x.localDeadline.Sub(x.leaser.now()), x.deadlinePassed)
+	}
+}
+
+// deadlinePassed runs when the timer fires; an Extend may have moved the
+// deadline meanwhile.
+func (x *Lease) deadlinePassed() {
+	x.mu.Lock()
+	if left := x.localDeadline.Sub(x.leaser.now()); left > 0 {
+		x.timer.Reset(left)
+		x.mu.Unlock()
+		return
+	}
+	x.mu.Unlock()
+	x.end(ErrExpired)
+}
+
+// end closes Done with cause, once.
+func (x *Lease) end(cause error) {
+	x.lostOnce.Do(func() {
+		x.mu.Lock()
+		x.cause = cause
+		if x.timer != nil {
+			x.timer.Stop()
+		}
+		close(x.lost) // before the context: whoever sees it end finds Err set
+		cancel := x.cancelCtx
+		x.mu.Unlock()
+		if cancel != nil {
+			cancel(cause)
+		}
+	})
+}
+
+// lostErr is the reason the lease is over, for errors of later calls.
+func (x *Lease) lostErr() error {
+	if err := x.Err(); err != nil {
+		return err
+	}
+	return ErrExpired
+}
+
+// finish ends the lease after its holder resolved it, and stops its
+// keep-alive.
+func (x *Lease) finish(cause error) {
+	x.end(cause)
+	x.stopKeepAlive()
+}
+
+// Commit waits until every earlier number of the stream is resolved, then
+// commits this number with payload (nil for none): the side effects of
+// commits happen in sequence order (I4) while the work before them runs in
+// parallel. Concurrent commits of consecutive numbers in this process are
+// grouped into one transaction (Config.MaxGroup).
+//
+// It fails, changing nothing, with ErrExpired if the lease expires (by the
+// database clock, or by the holder's conservative local estimate while it
+// waits), ErrReleased after Release, ErrPayloadTooLarge above
+// Config.MaxPayload, and the context's error if ctx ends while it waits.
+// Calling it again after it succeeded, or after an error whose outcome is
+// unknown (a lost connection), reports success exactly when the number is
+// committed with this lease's token (I7).
 func (x *Lease) Commit(ctx context.Context, payload []byte) error {
-	if len(payload) > x.leaser.maxPayload {
-		return fmt.Errorf("sequence: commit %s/%d: %w: %d bytes, limit %d",
-			x.stream, x.number, ErrPayloadTooLarge, len(payload), x.leaser.maxPayload)
+	if err := x.checkPayload(payload); err != nil {
+		return err
+	}
+	return x.commitOrdered(ctx, payload, nil)
+}
+
+// CommitTx is Commit with a function that runs inside the committing
+// transaction, after the number's conditional write and before the
+// transaction commits, so the caller's own writes and the commit are atomic
+// and happen in sequence order. On PostgreSQL T is pgx.Tx:
+//
+//	err := sequence.CommitTx(ctx, lease, nil, func(ctx context.Context, tx pgx.Tx) error {
+//		_, err := tx.Exec(ctx, "UPDATE read_model SET ...")
+//		return err
+//	})
+//
+// If fn fails, nothing of this commit persists and CommitTx returns fn's
+// error; other commits grouped into the same transaction are not affected.
+// The memory backend has no transactions: it fails with store.ErrUnsupported.
+func CommitTx[T any](ctx context.Context, x *Lease, payload []byte, fn func(context.Context, T) error) error {
+	if err := x.checkPayload(payload); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("sequence: commit %s/%d: %w: nil function", x.stream, x.number, ErrInvalidArgument)
+	}
+	return x.commitOrdered(ctx, payload, fn)
+}
+
+// Complete commits this number without waiting for earlier ones, for
+// pipelines that need ordered reading but not ordered side effects (an outbox
+// whose dispatcher reads in order). Otherwise it behaves like Commit.
+func (x *Lease) Complete(ctx context.Context, payload []byte) error {
+	if err := x.checkPayload(payload); err != nil {
+		return err
 	}
 	_, err := x.leaser.store.Commit(ctx, x.stream, x.number, x.token, &store.CommitParams{Payload: payload})
 	if err != nil {
 		return fmt.Errorf("sequence: %s/%d: %w", x.stream, x.number, err)
 	}
+	x.resolved(ErrCommitted)
 	return nil
+}
+
+func (x *Lease) checkPayload(payload []byte) error {
+	if len(payload) > x.leaser.maxPayload {
+		return fmt.Errorf("sequence: commit %s/%d: %w: %d bytes, limit %d",
+			x.stream, x.number, ErrPayloadTooLarge, len(payload), x.leaser.maxPayload)
+	}
+	return nil
+}
+
+// resolved records that this process resolved the number.
+func (x *Lease) resolved(cause error) {
+	if x.leaser.barrier != nil {
+		x.leaser.barrier.Resolved(x.stream, x.number)
+	}
+	x.finish(cause)
 }
 
 // Release gives the number up: it becomes a gap with reason "released" and
@@ -93,6 +254,7 @@ func (x *Lease) Release(ctx context.Context) error {
 	if err := x.leaser.store.Release(ctx, x.stream, x.number, x.token, nil); err != nil {
 		return fmt.Errorf("sequence: %s/%d: %w", x.stream, x.number, err)
 	}
+	x.resolved(ErrReleased)
 	return nil
 }
 

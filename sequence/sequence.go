@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -16,20 +18,39 @@ import (
 type Store interface {
 	Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error)
 	Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error)
+	CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error)
 	Release(ctx context.Context, stream string, number int64, token store.Token, p *store.ReleaseParams) error
 	Extend(ctx context.Context, stream string, number int64, token store.Token, p *store.ExtendParams) (now, expiresAt time.Time, err error)
 }
 
+// Waiter is what the Leaser needs of the barrier: *barrier.Barrier.
+type Waiter interface {
+	// Ready returns a channel closed once every number of stream below n
+	// is resolved, and a function that withdraws the wait.
+	Ready(ctx context.Context, stream string, n int64) (<-chan struct{}, func(), error)
+	// Resolved reports a number this process resolved.
+	Resolved(stream string, number int64)
+}
+
+var _ Waiter = (*barrier.Barrier)(nil)
+
 // Defaults of Config.
 const (
-	DefaultTTL        = 30 * time.Second
-	DefaultMaxTTL     = time.Hour
-	DefaultMaxPayload = 1 << 20
+	DefaultTTL           = 30 * time.Second
+	DefaultMaxTTL        = time.Hour
+	DefaultMaxPayload    = 1 << 20
+	DefaultMaxGroup      = 128
+	DefaultMaxLeaseBatch = 1000
+	DefaultWriteTimeout  = 30 * time.Second
 )
 
 // Config configures a Leaser. A nil *Config means the defaults; so does the
 // zero value of each field.
 type Config struct {
+	// Barrier is where ordered commits wait for their turn; it must be
+	// started (barrier.Barrier.Start). Required for Commit; Lease, Complete,
+	// Release and Extend work without it.
+	Barrier Waiter
 	// DefaultTTL is the lease duration when a call names none.
 	// Default: DefaultTTL (30 s).
 	DefaultTTL time.Duration
@@ -42,6 +63,22 @@ type Config struct {
 	// Owner is recorded on every entry this Leaser leases, so operators can
 	// tell whose leases they see. Default: "<hostname>:<pid>".
 	Owner string
+	// MaxGroup bounds group commit: when consecutive numbers of a stream
+	// are ready to commit in this process, up to MaxGroup of them commit in
+	// one transaction. 1 turns group commit off. Default: DefaultMaxGroup.
+	MaxGroup int
+	// GroupDelay is how long a group may wait for more consecutive commits
+	// to join it before it goes to the database. It adds latency to buy
+	// larger groups. Default: 0 (a group takes what is ready, nothing more).
+	GroupDelay time.Duration
+	// MaxLeaseBatch bounds lease coalescing: concurrent Lease calls on one
+	// stream share one statement of up to MaxLeaseBatch numbers. 1 turns
+	// coalescing off. Default: DefaultMaxLeaseBatch.
+	MaxLeaseBatch int
+	// WriteTimeout bounds a shared statement (a coalesced lease, a group
+	// commit), which runs on behalf of several callers and so does not end
+	// with any one caller's context. Default: DefaultWriteTimeout (30 s).
+	WriteTimeout time.Duration
 	// Now is the local clock for the holder's own deadline estimates; it
 	// must carry a monotonic reading. Default: time.Now.
 	Now func() time.Time
@@ -50,12 +87,20 @@ type Config struct {
 // Leaser hands out numbers of streams under leases. It is safe for concurrent
 // use.
 type Leaser struct {
-	store      Store
-	defaultTTL time.Duration
-	maxTTL     time.Duration
-	maxPayload int
-	owner      string
-	now        func() time.Time
+	store         Store
+	barrier       Waiter
+	defaultTTL    time.Duration
+	maxTTL        time.Duration
+	maxPayload    int
+	owner         string
+	maxGroup      int
+	groupDelay    time.Duration
+	maxLeaseBatch int
+	writeTimeout  time.Duration
+	now           func() time.Time
+
+	leaseQueues sync.Map // stream -> *leaseQueue
+	committers  sync.Map // stream -> *committer
 }
 
 // New returns a Leaser on s. It returns an error naming the field when cfg
@@ -68,12 +113,17 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		cfg = &Config{}
 	}
 	l := &Leaser{
-		store:      s,
-		defaultTTL: cmp.Or(cfg.DefaultTTL, DefaultTTL),
-		maxTTL:     cmp.Or(cfg.MaxTTL, DefaultMaxTTL),
-		maxPayload: cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
-		owner:      cfg.Owner,
-		now:        cfg.Now,
+		store:         s,
+		barrier:       cfg.Barrier,
+		defaultTTL:    cmp.Or(cfg.DefaultTTL, DefaultTTL),
+		maxTTL:        cmp.Or(cfg.MaxTTL, DefaultMaxTTL),
+		maxPayload:    cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
+		owner:         cfg.Owner,
+		maxGroup:      cmp.Or(cfg.MaxGroup, DefaultMaxGroup),
+		groupDelay:    cfg.GroupDelay,
+		maxLeaseBatch: cmp.Or(cfg.MaxLeaseBatch, DefaultMaxLeaseBatch),
+		writeTimeout:  cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
+		now:           cfg.Now,
 	}
 	switch {
 	case l.maxTTL < 0 || l.maxTTL > store.MaxTTL:
@@ -82,6 +132,14 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		return nil, fmt.Errorf("sequence: Config.DefaultTTL %v must be in (0, MaxTTL %v]", cfg.DefaultTTL, l.maxTTL)
 	case l.maxPayload < 0:
 		return nil, fmt.Errorf("sequence: Config.MaxPayload %d must not be negative", cfg.MaxPayload)
+	case l.maxGroup < 0 || l.maxGroup > store.MaxBatch:
+		return nil, fmt.Errorf("sequence: Config.MaxGroup %d must be in 0..%d", cfg.MaxGroup, store.MaxBatch)
+	case l.groupDelay < 0:
+		return nil, fmt.Errorf("sequence: Config.GroupDelay %v must not be negative", cfg.GroupDelay)
+	case l.maxLeaseBatch < 0 || l.maxLeaseBatch > store.MaxBatch:
+		return nil, fmt.Errorf("sequence: Config.MaxLeaseBatch %d must be in 0..%d", cfg.MaxLeaseBatch, store.MaxBatch)
+	case l.writeTimeout < 0:
+		return nil, fmt.Errorf("sequence: Config.WriteTimeout %v must not be negative", cfg.WriteTimeout)
 	}
 	if err := store.ValidateText("owner", l.owner); err != nil {
 		return nil, fmt.Errorf("sequence: Config.Owner: %w", err)
@@ -108,7 +166,8 @@ type LeaseOpts struct {
 	TTL time.Duration
 }
 
-// Lease leases the next number of stream.
+// Lease leases the next number of stream. Concurrent calls on one stream
+// share one round trip (lease coalescing).
 func (l *Leaser) Lease(ctx context.Context, stream string, opts *LeaseOpts) (*Lease, error) {
 	leases, err := l.LeaseN(ctx, stream, 1, opts)
 	if err != nil {
@@ -117,8 +176,8 @@ func (l *Leaser) Lease(ctx context.Context, stream string, opts *LeaseOpts) (*Le
 	return leases[0], nil
 }
 
-// LeaseN leases the next n numbers of stream in one round trip, all with
-// the same options. n must be in 1..store.MaxBatch.
+// LeaseN leases the next n consecutive numbers of stream in one round trip,
+// all with the same options. n must be in 1..store.MaxBatch.
 func (l *Leaser) LeaseN(ctx context.Context, stream string, n int, opts *LeaseOpts) ([]*Lease, error) {
 	if opts == nil {
 		opts = &LeaseOpts{}
@@ -134,8 +193,22 @@ func (l *Leaser) LeaseN(ctx context.Context, stream string, n int, opts *LeaseOp
 	for i := range reqs {
 		reqs[i] = store.LeaseRequest{OperationID: opts.OperationID, Kind: opts.Kind, TTL: ttl}
 	}
+	// Validate here, not in the shared statement: one caller's bad input
+	// must not fail the others it would be coalesced with.
+	if err := store.ValidateLease(stream, reqs, &store.LeaseParams{Owner: l.owner}); err != nil {
+		return nil, fmt.Errorf("sequence: lease: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sequence: lease: %w", err)
+	}
 	start := l.now()
-	entries, err := l.store.Lease(ctx, stream, reqs, &store.LeaseParams{Owner: l.owner})
+	var entries []store.Entry
+	var err error
+	if n >= l.maxLeaseBatch || l.maxLeaseBatch <= 1 {
+		entries, err = l.store.Lease(ctx, stream, reqs, &store.LeaseParams{Owner: l.owner})
+	} else {
+		entries, err = l.leaseQueue(stream).lease(ctx, l, stream, reqs)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sequence: %w", err)
 	}
@@ -157,5 +230,13 @@ func (l *Leaser) handle(e *store.Entry, start time.Time) *Lease {
 		leasedAt:      e.LeasedAt,
 		expiresAt:     e.ExpiresAt,
 		localDeadline: start.Add(e.ExpiresAt.Sub(e.LeasedAt)),
+		lost:          make(chan struct{}),
 	}
+}
+
+// sharedContext is the context of a statement run on behalf of several
+// callers: it keeps the leader's values but not its cancellation, and ends
+// after the write timeout.
+func (l *Leaser) sharedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.writeTimeout)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
@@ -39,8 +40,9 @@ func (c *clock) Advance(d time.Duration) {
 
 // backend is one store under test, with a way to make time pass for it.
 type backend struct {
-	name  string
-	store sequence.Store
+	name    string
+	store   sequence.Store
+	barrier *barrier.Barrier
 	// expire makes every lease with a TTL of at most shortTTL expire.
 	expire func(t *testing.T)
 	now    func() time.Time // the Leaser's clock
@@ -57,16 +59,26 @@ func backends(t *testing.T) []backend {
 	pool := pgtest.Shared(t, false)
 	pg, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(t, pool)})
 	require.NoError(t, err)
+	mem := memory.New(&memory.Config{Now: c.Now})
 	return []backend{
-		{name: "memory", store: memory.New(&memory.Config{Now: c.Now}), expire: func(*testing.T) { c.Advance(shortTTL) }, now: c.Now},
+		{name: "memory", store: mem, barrier: startBarrier(t, mem), expire: func(*testing.T) { c.Advance(shortTTL) }, now: c.Now},
 		// A round trip takes far longer than shortTTL: by the next
 		// statement the database's clock is past the expiry.
-		{name: "postgres", store: pg, expire: func(*testing.T) {}, now: time.Now},
+		{name: "postgres", store: pg, barrier: startBarrier(t, pg), expire: func(*testing.T) {}, now: time.Now},
 	}
 }
 
+// startBarrier starts a barrier on src, stopped when the test ends.
+func startBarrier(t testing.TB, src barrier.Source) *barrier.Barrier {
+	b, err := barrier.New(src, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Start(context.Background()))
+	t.Cleanup(b.Stop)
+	return b
+}
+
 func newLeaser(t *testing.T, b backend) *sequence.Leaser {
-	l, err := sequence.New(b.store, &sequence.Config{Now: b.now, MaxPayload: 64})
+	l, err := sequence.New(b.store, &sequence.Config{Barrier: b.barrier, Now: b.now, MaxPayload: 64})
 	require.NoError(t, err)
 	return l
 }

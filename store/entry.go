@@ -125,6 +125,9 @@ type LeaseParams struct {
 // CommitParams are the per-call options of Commit.
 type CommitParams struct {
 	Payload []byte
+	// Ordered makes the commit conditional on every earlier number of the
+	// stream being resolved (I4); otherwise it fails with ErrNotReady.
+	Ordered bool
 	Now     *time.Time
 }
 
@@ -169,4 +172,27 @@ type StreamStats struct {
 	OldestUnresolved int64
 	// OldestUnresolvedAt is when that entry was leased; zero if none.
 	OldestUnresolvedAt time.Time
+	// LowPoint is the lowest number still kept: Trim removed the entries
+	// below it, and reading them fails with ErrTrimmed. 1 until a Trim.
+	LowPoint int64
+}
+
+// ListGapsParams select the gaps ListGaps returns: numbers above After in
+// increasing order, at most Limit of them. A nil *ListGapsParams means the
+// defaults.
+type ListGapsParams struct {
+	After int64 // only numbers > After; 0 means from the start
+	Limit int   // at most this many; zero means DefaultListLimit
+	// Reason keeps only gaps with this reason; empty means any reason.
+	Reason string
+	// IncludeFilled adds the gaps that were filled since (committed entries
+	// with FilledAt set); by default only open gaps are listed.
+	IncludeFilled bool
+}
+
+// FillParams are the per-call options of FillGap. FilledBy is required.
+type FillParams struct {
+	Payload  []byte     // what the filled entry holds; nil for none
+	FilledBy string     // who filled it (an operator, a tool); not empty
+	Now      *time.Time // pins the backend's clock (FilledAt)
 }

@@ -77,3 +77,27 @@ func GapError(reason string) error {
 	}
 	return fmt.Errorf("%w (%s)", ErrGap, reason)
 }
+
+// ErrNotGap reports a FillGap (or a gap lookup) on an entry that is not an
+// open gap: still leased, committed, or a gap that was already filled.
+var ErrNotGap = errors.New("seqlease: entry is not a gap")
+
+// ErrTrimmed reports a read of entries below a stream's low point: Trim
+// removed them. The error is a *TrimmedError, which carries the low point.
+var ErrTrimmed = errors.New("seqlease: entries trimmed")
+
+// TrimmedError reports a request for entries that Trim removed: every number
+// below LowPoint is gone. It matches ErrTrimmed. A reader that gets it has
+// fallen behind the retention point; it can only resume from LowPoint-1.
+type TrimmedError struct {
+	Stream   string
+	LowPoint int64 // the lowest number still kept
+}
+
+// Error implements error.
+func (e *TrimmedError) Error() string {
+	return fmt.Sprintf("%v: stream %q keeps numbers from %d on", ErrTrimmed, e.Stream, e.LowPoint)
+}
+
+// Is makes a *TrimmedError match ErrTrimmed.
+func (e *TrimmedError) Is(target error) bool { return target == ErrTrimmed }

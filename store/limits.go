@@ -183,3 +183,43 @@ func ValidateRead(stream string, after int64, limit int) (int, error) {
 	}
 	return ListLimit(limit)
 }
+
+// ValidateListGaps checks a ListGaps call and returns its effective limit.
+func ValidateListGaps(stream string, p *ListGapsParams) (int, error) {
+	if err := ValidateStream(stream); err != nil {
+		return 0, err
+	}
+	if p.After < 0 {
+		return 0, fmt.Errorf("%w: after %d", ErrInvalidNumber, p.After)
+	}
+	if err := ValidateText("reason", p.Reason); err != nil {
+		return 0, err
+	}
+	return ListLimit(p.Limit)
+}
+
+// ValidateFill checks a FillGap call: a valid stream, a number of at least 1
+// and a non-empty, valid FilledBy. A nil p has no FilledBy.
+func ValidateFill(stream string, number int64, p *FillParams) error {
+	if err := ValidateStream(stream); err != nil {
+		return err
+	}
+	if number < 1 {
+		return fmt.Errorf("%w: %d", ErrInvalidNumber, number)
+	}
+	if p == nil || p.FilledBy == "" {
+		return fmt.Errorf("%w: filled by is required", ErrInvalidText)
+	}
+	return ValidateText("filled by", p.FilledBy)
+}
+
+// ValidateTrim checks a Trim call: a valid stream and below >= 1.
+func ValidateTrim(stream string, below int64) error {
+	if err := ValidateStream(stream); err != nil {
+		return err
+	}
+	if below < 1 {
+		return fmt.Errorf("%w: below %d", ErrInvalidNumber, below)
+	}
+	return nil
+}

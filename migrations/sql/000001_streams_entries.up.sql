@@ -39,7 +39,9 @@ CREATE TABLE entries (
     CONSTRAINT entries_resolved_iff_final CHECK ((state = 'leased') = (resolved_at IS NULL)),
     CONSTRAINT entries_gap_has_reason CHECK (state <> 'gap' OR gap_reason IS NOT NULL),
     CONSTRAINT entries_reason_only_on_gaps CHECK (gap_reason IS NULL OR state = 'gap' OR filled_at IS NOT NULL),
-    CONSTRAINT entries_filled_are_committed CHECK (filled_at IS NULL OR (state = 'committed' AND filled_by IS NOT NULL))
+    CONSTRAINT entries_filled_are_committed CHECK (filled_at IS NULL OR (state = 'committed' AND filled_by IS NOT NULL)),
+    -- so the entries with a gap reason are exactly the open and the filled gaps
+    CONSTRAINT entries_filled_were_gaps CHECK (filled_at IS NULL OR gap_reason IS NOT NULL)
 );
 
 -- Hot queries touch only unresolved entries: the oldest unresolved number of
@@ -48,3 +50,6 @@ CREATE INDEX entries_unresolved ON entries (stream, number) WHERE state = 'lease
 CREATE INDEX entries_expiry ON entries (expires_at) WHERE state = 'leased';
 -- Gaps are few; listing and counting them must not scan the history.
 CREATE INDEX entries_gaps ON entries (stream, number) WHERE state = 'gap';
+-- Open and filled gaps together (listing with filled ones): the entries that
+-- have a gap reason.
+CREATE INDEX entries_gap_history ON entries (stream, number) WHERE gap_reason IS NOT NULL;

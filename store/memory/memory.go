@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqlease/seqlease/store"
@@ -21,6 +22,9 @@ type Config struct {
 type Store struct {
 	now     func() time.Time
 	streams sync.Map // string -> *stream
+
+	watchMu sync.Mutex                   // serialises changes to sinks
+	sinks   atomic.Pointer[[]store.Sink] // copy on write; read without a lock
 }
 
 // New returns an empty Store.
@@ -74,15 +78,17 @@ func (st *stream) last() int64 { return st.low - 1 + int64(len(st.entries)) }
 // st.mu must be held.
 func (st *stream) at(n int64) *store.Entry { return &st.entries[n-st.low] }
 
-// resolve marks e resolved at t and advances the watermark cursor.
-// st.mu must be held.
-func (st *stream) resolve(e *store.Entry, state store.State, t time.Time) {
+// resolve marks e resolved at t, advances the watermark cursor and tells
+// the watchers. st.mu must be held, so watchers hear of one stream's
+// resolutions in the order they happened.
+func (s *Store) resolve(name string, st *stream, e *store.Entry, state store.State, t time.Time) {
 	e.State = state
 	e.ResolvedAt = t
 	st.unresolved--
 	for st.firstUnresolved <= st.last() && st.at(st.firstUnresolved).State.Resolved() {
 		st.firstUnresolved++
 	}
+	s.notify(name, e.Number)
 }
 
 // Lease implements the storage contract's Lease.
@@ -152,38 +158,46 @@ func (s *Store) holding(ctx context.Context, name string, number int64, token st
 
 // resolvedErr explains why a resolved entry refuses an operation.
 func resolvedErr(e *store.Entry) error {
-	if e.State == store.Committed {
+	if e.State == store.Committed && e.FilledAt.IsZero() {
 		return store.ErrCommitted
 	}
-	return store.GapError(e.GapReason)
+	return store.GapError(e.GapReason) // a gap, or a gap since filled
 }
 
 // Commit implements the storage contract's Commit.
 func (s *Store) Commit(ctx context.Context, name string, number int64, token store.Token, p *store.CommitParams) (time.Time, error) {
-	var payload []byte
-	var pinned *time.Time
-	if p != nil {
-		payload, pinned = p.Payload, p.Now
+	if p == nil {
+		p = &store.CommitParams{}
 	}
 	st, e, err := s.holding(ctx, name, number, token)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("commit: %w", err)
 	}
 	defer st.mu.Unlock()
+	t, err := s.commitLocked(name, st, e, p.Payload, s.clock(p.Now), p.Ordered)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("commit: %w", err)
+	}
+	return t, nil
+}
+
+// commitLocked commits e, held by the caller's token, at now. st.mu must be
+// held.
+func (s *Store) commitLocked(name string, st *stream, e *store.Entry, payload []byte, now time.Time, ordered bool) (time.Time, error) {
 	switch {
-	case e.State == store.Committed:
+	case e.State == store.Committed && e.FilledAt.IsZero():
 		return e.ResolvedAt, nil // the holder's retry: same outcome, no second write
 	case e.State != store.Leased:
-		return time.Time{}, fmt.Errorf("commit: %w", resolvedErr(e))
-	}
-	now := s.clock(pinned)
-	if !now.Before(e.ExpiresAt) {
-		return time.Time{}, fmt.Errorf("commit: %w", store.ErrExpired)
+		return time.Time{}, resolvedErr(e)
+	case !now.Before(e.ExpiresAt):
+		return time.Time{}, store.ErrExpired
+	case ordered && st.firstUnresolved < e.Number:
+		return time.Time{}, fmt.Errorf("%w: %d is unresolved", store.ErrNotReady, st.firstUnresolved)
 	}
 	if payload != nil {
 		e.Payload = slices.Clone(payload)
 	}
-	st.resolve(e, store.Committed, now)
+	s.resolve(name, st, e, store.Committed, now)
 	return now, nil
 }
 
@@ -205,7 +219,7 @@ func (s *Store) Release(ctx context.Context, name string, number int64, token st
 		return fmt.Errorf("release: %w", resolvedErr(e))
 	}
 	e.GapReason = store.ReasonReleased
-	st.resolve(e, store.Gap, s.clock(pinned))
+	s.resolve(name, st, e, store.Gap, s.clock(pinned))
 	return nil
 }
 
@@ -265,7 +279,7 @@ func (s *Store) ResolveExpired(ctx context.Context, name string, number int64, p
 	}
 	e.GapReason = reason
 	e.RecoveredAs = p.RecoveredAs
-	st.resolve(e, store.Gap, now)
+	s.resolve(name, st, e, store.Gap, now)
 	return nil
 }
 
@@ -342,7 +356,10 @@ func (s *Store) Read(ctx context.Context, name string, after int64, limit int) (
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	from := min(max(after+1, st.low), st.last()+1)
+	if after+1 < st.low {
+		return nil, fmt.Errorf("read: %w", &store.TrimmedError{Stream: name, LowPoint: st.low})
+	}
+	from := min(after+1, st.last()+1)
 	to := min(from+int64(limit), st.last()+1)
 	out := slices.Clone(st.entries[from-st.low : to-st.low])
 	for i := range out {
@@ -370,6 +387,7 @@ func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, erro
 		NextNumber: st.last() + 1,
 		Watermark:  st.firstUnresolved - 1,
 		Unresolved: st.unresolved,
+		LowPoint:   st.low,
 	}
 	if st.unresolved > 0 {
 		oldest := st.at(st.firstUnresolved)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -18,8 +19,15 @@ import (
 // DB is what the Store needs of a connection pool: *pgxpool.Pool satisfies
 // it, and so does a wrapper that injects faults.
 type DB interface {
+	querier
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// querier runs one statement: a DB or a transaction.
+type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -28,12 +36,17 @@ type Config struct {
 	// Schema holds the tables; it must have been migrated (package
 	// migrations). Default: migrations.DefaultSchema ("seqlease").
 	Schema string
+	// Logger receives diagnostics, such as a lost listener connection.
+	// Default: discard.
+	Logger *slog.Logger
 }
 
 // Store is the PostgreSQL backend.
 type Store struct {
-	db DB
-	q  queries
+	db      DB
+	q       queries
+	channel string // the NOTIFY channel: the schema's name
+	logger  *slog.Logger
 }
 
 // New returns a Store on db. It validates the schema name but does not touch
@@ -46,7 +59,11 @@ func New(db DB, cfg *Config) (*Store, error) {
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return nil, fmt.Errorf("postgres: Config.Schema: %w", err)
 	}
-	return &Store{db: db, q: buildQueries(schema)}, nil
+	logger := slog.New(slog.DiscardHandler)
+	if cfg != nil && cfg.Logger != nil {
+		logger = cfg.Logger
+	}
+	return &Store{db: db, q: buildQueries(schema), channel: schema, logger: logger}, nil
 }
 
 // maxAttempts bounds the retries of a conditional write whose refusal could
@@ -107,28 +124,42 @@ func (s *Store) Commit(ctx context.Context, stream string, number int64, token s
 	}
 	for range maxAttempts {
 		var resolvedAt time.Time
-		err := s.db.QueryRow(ctx, s.q.commit, stream, number, uuid(token), p.Payload, p.Now).Scan(&resolvedAt)
+		err := s.db.QueryRow(ctx, s.q.commit, stream, number, uuid(token), p.Payload, p.Now, p.Ordered, s.channel).Scan(&resolvedAt)
 		if err == nil {
 			return resolvedAt, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return time.Time{}, interpretError("commit", err)
 		}
-		pr, err := s.probe(ctx, stream, number, token, p.Now)
-		if err != nil {
-			return time.Time{}, interpretError("commit", err)
+		resolvedAt, err = s.explainCommit(ctx, s.db, stream, number, token, p.Now, p.Ordered)
+		if !errors.Is(err, errChanged) {
+			return resolvedAt, err
 		}
-		switch {
-		case pr.state == store.Committed:
-			return pr.resolvedAt, nil // the holder's retry (I7)
-		case pr.state == store.Gap:
-			return time.Time{}, fmt.Errorf("commit: %w", store.GapError(pr.gapReason))
-		case pr.expired:
-			return time.Time{}, fmt.Errorf("commit: %w", store.ErrExpired)
-		}
-		// Leased and live: the row changed between the write and the probe.
 	}
 	return time.Time{}, fmt.Errorf("commit: entry %d kept changing under concurrent writers", number)
+}
+
+// errChanged says a refused write could not be explained because the entry
+// changed in between: try again.
+var errChanged = errors.New("entry changed")
+
+// explainCommit turns a refused commit into its outcome: success for the
+// holder's retry of a commit that took effect (I7), else the reason.
+func (s *Store) explainCommit(ctx context.Context, q querier, stream string, number int64, token store.Token, now *time.Time, ordered bool) (time.Time, error) {
+	pr, err := s.probe(ctx, q, stream, number, token, now)
+	switch {
+	case err != nil:
+		return time.Time{}, interpretError("commit", err)
+	case pr.state == store.Committed && !pr.filled:
+		return pr.resolvedAt, nil
+	case pr.state.Resolved():
+		return time.Time{}, fmt.Errorf("commit: %w", store.GapError(pr.gapReason))
+	case pr.expired:
+		return time.Time{}, fmt.Errorf("commit: %w", store.ErrExpired)
+	case ordered && pr.earlierUnresolved:
+		return time.Time{}, fmt.Errorf("commit: %w", store.ErrNotReady)
+	}
+	return time.Time{}, errChanged
 }
 
 // Release implements the storage contract's Release.
@@ -140,18 +171,21 @@ func (s *Store) Release(ctx context.Context, stream string, number int64, token 
 		p = &store.ReleaseParams{}
 	}
 	for range maxAttempts {
-		tag, err := s.db.Exec(ctx, s.q.release, stream, number, uuid(token), p.Now)
+		var released int
+		err := s.db.QueryRow(ctx, s.q.release, stream, number, uuid(token), p.Now, s.channel).Scan(&released)
 		if err != nil {
 			return interpretError("release", err)
 		}
-		if tag.RowsAffected() == 1 {
+		if released == 1 {
 			return nil
 		}
-		pr, err := s.probe(ctx, stream, number, token, p.Now)
+		pr, err := s.probe(ctx, s.db, stream, number, token, p.Now)
 		if err != nil {
 			return interpretError("release", err)
 		}
 		switch {
+		case pr.state == store.Committed && pr.filled:
+			return fmt.Errorf("release: %w", store.GapError(pr.gapReason))
 		case pr.state == store.Committed:
 			return fmt.Errorf("release: %w", store.ErrCommitted)
 		case pr.state == store.Gap && pr.gapReason == store.ReasonReleased:
@@ -183,11 +217,13 @@ func (s *Store) Extend(ctx context.Context, stream string, number int64, token s
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return time.Time{}, time.Time{}, interpretError("extend", err)
 		}
-		pr, err := s.probe(ctx, stream, number, token, p.Now)
+		pr, err := s.probe(ctx, s.db, stream, number, token, p.Now)
 		if err != nil {
 			return time.Time{}, time.Time{}, interpretError("extend", err)
 		}
 		switch {
+		case pr.state == store.Committed && pr.filled:
+			return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", store.GapError(pr.gapReason))
 		case pr.state == store.Committed:
 			return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", store.ErrCommitted)
 		case pr.state == store.Gap:
@@ -209,18 +245,21 @@ func (s *Store) ResolveExpired(ctx context.Context, stream string, number int64,
 		return fmt.Errorf("resolve expired: %w", err)
 	}
 	for range maxAttempts {
-		tag, err := s.db.Exec(ctx, s.q.resolveExpired, stream, number, reason, p.RecoveredAs, p.Now)
+		var resolved int
+		err := s.db.QueryRow(ctx, s.q.resolveExpired, stream, number, reason, p.RecoveredAs, p.Now, s.channel).Scan(&resolved)
 		if err != nil {
 			return interpretError("resolve expired", err)
 		}
-		if tag.RowsAffected() == 1 {
+		if resolved == 1 {
 			return nil
 		}
-		pr, err := s.probe(ctx, stream, number, store.Token{}, p.Now)
-		if err != nil && !errors.Is(err, store.ErrTokenMismatch) {
+		pr, err := s.probe(ctx, s.db, stream, number, store.Token{}, p.Now)
+		if err != nil {
 			return interpretError("resolve expired", err)
 		}
 		switch {
+		case pr.state == store.Committed && pr.filled:
+			return fmt.Errorf("resolve expired: %w", store.GapError(pr.gapReason))
 		case pr.state == store.Committed:
 			return fmt.Errorf("resolve expired: %w", store.ErrCommitted)
 		case pr.state == store.Gap:
@@ -234,21 +273,24 @@ func (s *Store) ResolveExpired(ctx context.Context, stream string, number int64,
 
 // probed is the state of an entry as probe found it.
 type probed struct {
-	state      store.State
-	gapReason  string
-	resolvedAt time.Time
-	expired    bool
+	state             store.State
+	gapReason         string
+	resolvedAt        time.Time
+	filled            bool // a gap since filled (state committed)
+	expired           bool
+	earlierUnresolved bool // some number below it is still leased
 }
 
 // probe reads an entry to explain a refused write. It returns ErrNotFound for
 // a number never handed out and, unless token is zero, ErrTokenMismatch for
 // a token that does not hold it.
-func (s *Store) probe(ctx context.Context, stream string, number int64, token store.Token, now *time.Time) (probed, error) {
+func (s *Store) probe(ctx context.Context, q querier, stream string, number int64, token store.Token, now *time.Time) (probed, error) {
 	var pr probed
 	var tok pgtype.UUID
 	var reason *string
 	var resolvedAt *time.Time
-	err := s.db.QueryRow(ctx, s.q.probe, stream, number, now).Scan(&pr.state, &tok, &reason, &resolvedAt, &pr.expired)
+	err := q.QueryRow(ctx, s.q.probe, stream, number, now).Scan(
+		&pr.state, &tok, &reason, &resolvedAt, &pr.filled, &pr.expired, &pr.earlierUnresolved)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return pr, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
@@ -313,14 +355,17 @@ func (s *Store) Read(ctx context.Context, stream string, after int64, limit int)
 	if err != nil {
 		return nil, interpretError("read", err)
 	}
-	if len(out) == 0 {
-		var exists bool
-		err := s.db.QueryRow(ctx, s.q.streamExists, stream).Scan(&exists)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("read: %w: %q", store.ErrStreamNotFound, stream)
-		}
-		if err != nil {
+	// Numbers are dense, so a result that does not start at after+1 (or is
+	// empty) means the stream is unknown, the caller is at its end, or the
+	// entries were trimmed. The low point only rises, so reading it after
+	// the entries cannot call a read trimmed that found its entries.
+	if len(out) == 0 || out[0].Number != after+1 {
+		low, err := s.lowPoint(ctx, stream)
+		switch {
+		case err != nil:
 			return nil, interpretError("read", err)
+		case after+1 < low:
+			return nil, fmt.Errorf("read: %w", &store.TrimmedError{Stream: stream, LowPoint: low})
 		}
 	}
 	return out, nil
@@ -335,7 +380,7 @@ func (s *Store) Stats(ctx context.Context, stream string) (store.StreamStats, er
 	var last int64
 	var oldest *int64
 	var oldestAt *time.Time
-	err := s.db.QueryRow(ctx, s.q.stats, stream).Scan(&last, &st.Unresolved, &oldest, &oldestAt)
+	err := s.db.QueryRow(ctx, s.q.stats, stream).Scan(&last, &st.Unresolved, &oldest, &oldestAt, &st.LowPoint)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.StreamStats{}, fmt.Errorf("stats: %w: %q", store.ErrStreamNotFound, stream)
 	}

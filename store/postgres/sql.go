@@ -12,6 +12,7 @@ type queries struct {
 	lease, commit, release, extend, resolveExpired string
 	probe, listExpired, listExpiredStream          string
 	read, streamExists, stats, now                 string
+	snapshot, readResolved, lowPoint, listen       string
 }
 
 // entryColumns is the column list scanEntry reads.
@@ -51,18 +52,32 @@ RETURNING number, token, leased_at, expires_at`,
 		// resolved_at is capped just below the expiry: the WHERE clause saw
 		// the clock before it, so the cap never dates a commit before its
 		// decision.
+		// Resolutions notify the schema's channel in the resolving
+		// transaction (notifyExpr), so a listener hears of exactly the
+		// resolutions that committed. An ordered commit ($6) also requires
+		// that no earlier number is still leased (I4); the check reads the
+		// partial index of unresolved entries.
 		commit: `
-UPDATE {s}.entries
-SET state = 'committed', payload = $4,
-	resolved_at = LEAST(` + nowf(5) + `, expires_at - interval '1 microsecond')
-WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
-	AND expires_at > ` + nowf(5) + `
-RETURNING resolved_at`,
+WITH u AS (
+	UPDATE {s}.entries
+	SET state = 'committed', payload = $4,
+		resolved_at = LEAST(` + nowf(5) + `, expires_at - interval '1 microsecond')
+	WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
+		AND expires_at > ` + nowf(5) + `
+		AND NOT ($6::boolean AND EXISTS (
+			SELECT 1 FROM {s}.entries o WHERE o.stream = $1 AND o.state = 'leased' AND o.number < $2))
+	RETURNING number, resolved_at
+)
+SELECT u.resolved_at FROM u, LATERAL ` + notifyf(7) + ` n`,
 
 		release: `
-UPDATE {s}.entries
-SET state = 'gap', gap_reason = 'released', resolved_at = ` + nowf(4) + `
-WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'`,
+WITH u AS (
+	UPDATE {s}.entries
+	SET state = 'gap', gap_reason = 'released', resolved_at = ` + nowf(4) + `
+	WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
+	RETURNING number
+)
+SELECT count(*) FROM u, LATERAL ` + notifyf(5) + ` n`,
 
 		extend: `
 UPDATE {s}.entries
@@ -72,14 +87,20 @@ WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
 RETURNING expires_at - $5 * interval '1 microsecond', expires_at`,
 
 		resolveExpired: `
-UPDATE {s}.entries
-SET state = 'gap', gap_reason = $3, recovered_as = NULLIF($4, 0), resolved_at = ` + nowf(5) + `
-WHERE stream = $1 AND number = $2 AND state = 'leased' AND expires_at <= ` + nowf(5),
+WITH u AS (
+	UPDATE {s}.entries
+	SET state = 'gap', gap_reason = $3, recovered_as = NULLIF($4, 0), resolved_at = ` + nowf(5) + `
+	WHERE stream = $1 AND number = $2 AND state = 'leased' AND expires_at <= ` + nowf(5) + `
+	RETURNING number
+)
+SELECT count(*) FROM u, LATERAL ` + notifyf(6) + ` n`,
 
 		// probe explains a refused conditional write, in a new statement so
 		// it sees the row as the write's decision left it.
 		probe: `
-SELECT state, token, gap_reason, resolved_at, expires_at <= ` + nowf(3) + `
+SELECT state, token, gap_reason, resolved_at, filled_at IS NOT NULL,
+	expires_at <= ` + nowf(3) + `,
+	EXISTS (SELECT 1 FROM {s}.entries o WHERE o.stream = $1 AND o.state = 'leased' AND o.number < $2)
 FROM {s}.entries WHERE stream = $1 AND number = $2`,
 
 		listExpired: `
@@ -102,7 +123,7 @@ WHERE stream = $1 AND number > $2 ORDER BY number LIMIT $3`,
 		stats: `
 SELECT s.last_number,
 	(SELECT count(*) FROM {s}.entries e WHERE e.stream = s.name AND e.state = 'leased'),
-	o.number, o.leased_at
+	o.number, o.leased_at, s.low_point
 FROM {s}.streams s
 LEFT JOIN LATERAL (
 	SELECT number, leased_at FROM {s}.entries e
@@ -111,13 +132,46 @@ LEFT JOIN LATERAL (
 WHERE s.name = $1`,
 
 		now: `SELECT clock_timestamp()`,
+
+		// The barrier's starting point, one snapshot: the last number and
+		// the first $2 unresolved numbers, from the partial index.
+		snapshot: `
+SELECT s.last_number, ARRAY(
+	SELECT e.number FROM {s}.entries e
+	WHERE e.stream = s.name AND e.state = 'leased' ORDER BY e.number LIMIT $2)
+FROM {s}.streams s WHERE s.name = $1`,
+
+		// Entries after $2 up to the first unresolved one, in one snapshot;
+		// nothing when $2 reaches below the low point (lowPoint then says
+		// why).
+		readResolved: `
+SELECT ` + entryColumns + ` FROM {s}.entries
+WHERE stream = $1 AND number > $2
+	AND number < COALESCE((SELECT min(number) FROM {s}.entries
+		WHERE stream = $1 AND state = 'leased' AND number > $2), 9223372036854775807)
+	AND $2 + 1 >= (SELECT low_point FROM {s}.streams WHERE name = $1)
+ORDER BY number LIMIT $3`,
+
+		lowPoint: `SELECT low_point FROM {s}.streams WHERE name = $1`,
+
+		listen: `LISTEN ` + s,
 	}
 	for _, p := range []*string{&q.lease, &q.commit, &q.release, &q.extend, &q.resolveExpired,
-		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats} {
+		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
+		&q.snapshot, &q.readResolved, &q.lowPoint} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q
 }
+
+// notifyExpr sends a resolution notice on the channel named by parameter
+// %d: "r", stream and number, tab-separated (stream names hold no control
+// characters). It is joined LATERAL to the rows a resolving UPDATE returns
+// (u), once per resolved entry.
+const notifyExpr = `pg_notify($%d, 'r' || chr(9) || $1 || chr(9) || u.number::text)`
+
+// notifyf returns notifyExpr for parameter n.
+func notifyf(n int) string { return fmt.Sprintf(notifyExpr, n) }
 
 // nowf returns nowExpr for parameter n.
 func nowf(n int) string { return fmt.Sprintf(nowExpr, n) }

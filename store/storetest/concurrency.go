@@ -114,7 +114,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 			}
 			requireTime(t, b.time(time.Second), e.ResolvedAt, "entry %d", e.Number)
 		}
-		require.Equal(t, store.StreamStats{Stream: s, NextNumber: n + 1, Watermark: n}, b.stats(s))
+		require.Equal(t, store.StreamStats{Stream: s, NextNumber: n + 1, Watermark: n, LowPoint: 1}, b.stats(s))
 		t.Logf("%d numbers leased and resolved by %d workers, %d snapshots observed", n, workers, observed)
 	})
 
@@ -170,7 +170,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 			require.Equal(t, span(1, per), numbers(b.readAll(name)))
 			require.Equal(t, store.StreamStats{
 				Stream: name, NextNumber: per + 1, Unresolved: per,
-				OldestUnresolved: 1, OldestUnresolvedAt: normTime(b.base),
+				OldestUnresolved: 1, OldestUnresolvedAt: normTime(b.base), LowPoint: 1,
 			}, b.stats(name))
 		}
 	})
@@ -226,7 +226,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 				require.Failf(t, "nobody won", "number %d: commit: %v; resolve: %v", e.Number, cerr, rerr)
 			}
 		}
-		require.Equal(t, store.StreamStats{Stream: s, NextNumber: count + 1, Watermark: count}, b.stats(s))
+		require.Equal(t, store.StreamStats{Stream: s, NextNumber: count + 1, Watermark: count, LowPoint: 1}, b.stats(s))
 		t.Logf("%d commits won, %d expiries won", commits, gaps)
 	})
 
@@ -307,7 +307,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 			d := got[i].ResolvedAt.Sub(b.time(time.Second))
 			require.True(t, d >= 0 && d < attempts*time.Microsecond, "number %d: resolution time %v is no attempt's", e.Number, got[i].ResolvedAt)
 		}
-		require.Equal(t, store.StreamStats{Stream: s, NextNumber: count + 1, Watermark: count}, b.stats(s))
+		require.Equal(t, store.StreamStats{Stream: s, NextNumber: count + 1, Watermark: count, LowPoint: 1}, b.stats(s))
 	})
 }
 

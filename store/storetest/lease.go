@@ -114,7 +114,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 
 		require.Equal(t, store.StreamStats{
 			Stream: s2, NextNumber: 2, Watermark: 0, Unresolved: 1,
-			OldestUnresolved: 1, OldestUnresolvedAt: normTime(b.base),
+			OldestUnresolved: 1, OldestUnresolvedAt: normTime(b.base), LowPoint: 1,
 		}, b.stats(s2), "resolving in one stream does not move another")
 		require.Equal(t, []int64{1}, numbers(b.readAll(s2)))
 

@@ -20,7 +20,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 		b.requireUnchanged(es[1])
 		require.Equal(t, store.StreamStats{
 			Stream: s, NextNumber: 3, Watermark: 1, Unresolved: 1,
-			OldestUnresolved: 2, OldestUnresolvedAt: normTime(b.base),
+			OldestUnresolved: 2, OldestUnresolvedAt: normTime(b.base), LowPoint: 1,
 		}, b.stats(s))
 	})
 

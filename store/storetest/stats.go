@@ -14,7 +14,7 @@ func testStats(t *testing.T, newStore func(t *testing.T) Store) {
 		b := setup(t, newStore)
 		s := b.stream("")
 		stats := func(next, watermark, unresolved, oldest int64, oldestAt time.Duration) store.StreamStats {
-			st := store.StreamStats{Stream: s, NextNumber: next, Watermark: watermark, Unresolved: unresolved, OldestUnresolved: oldest}
+			st := store.StreamStats{Stream: s, NextNumber: next, Watermark: watermark, Unresolved: unresolved, OldestUnresolved: oldest, LowPoint: 1}
 			if oldest != 0 {
 				st.OldestUnresolvedAt = normTime(b.time(oldestAt))
 			}

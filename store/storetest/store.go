@@ -62,6 +62,9 @@ type Store interface {
 	// Read returns up to limit entries of stream with numbers > after, in
 	// increasing order, whatever their state, payloads included. limit 0
 	// means store.DefaultListLimit. ErrStreamNotFound for an unknown stream.
+	// When after+1 is below the stream's low point (Trim removed what the
+	// caller asks for) it fails with a *store.TrimmedError, which matches
+	// store.ErrTrimmed and carries the low point.
 	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
 
 	// Stats describes stream at one instant (one snapshot).
@@ -70,4 +73,56 @@ type Store interface {
 
 	// Now returns the backend's clock.
 	Now(ctx context.Context) (time.Time, error)
+
+	// CommitBatch commits items (ascending numbers) in order, each exactly
+	// as Commit would with the batch's Ordered flag; with Ordered, an item
+	// counts the batch's earlier items as resolved exactly when they
+	// succeeded. On PostgreSQL the batch is one transaction. A non-nil
+	// error means every item's outcome is unknown.
+	CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error)
+
+	// Snapshot describes stream's resolution at one instant, listing at
+	// most limit unresolved numbers (0: store.MaxListLimit); see
+	// store.Snapshot. An unknown stream has the zero snapshot.
+	Snapshot(ctx context.Context, stream string, limit int) (store.Snapshot, error)
+
+	// ReadResolved is Read that stops before the first unresolved entry:
+	// it never returns an entry past the watermark. ErrStreamNotFound for an
+	// unknown stream, *store.TrimmedError below the low point.
+	ReadResolved(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
+
+	// Watch reports every resolution that takes effect (Commit, CommitBatch
+	// items, Release, ResolveExpired) to sink, until ctx ends; it calls
+	// sink.Reset when it starts listening and whenever it may have missed
+	// some. It returns ctx's error.
+	Watch(ctx context.Context, sink store.Sink) error
+
+	// ListGaps returns the open gaps of stream (state gap) with numbers >
+	// p.After, in increasing order, at most p.Limit of them (0: the
+	// default), only those with reason p.Reason if it is set; with
+	// p.IncludeFilled also the gaps filled since (committed, FilledAt set).
+	// ErrStreamNotFound for an unknown stream.
+	ListGaps(ctx context.Context, stream string, p *store.ListGapsParams) ([]store.Entry, error)
+
+	// CountGaps returns the number of open gaps of stream (filled ones do not
+	// count). ErrStreamNotFound for an unknown stream.
+	CountGaps(ctx context.Context, stream string) (int64, error)
+
+	// FillGap turns an open gap into a committed entry holding p.Payload,
+	// with FilledAt = now and FilledBy = p.FilledBy (required). GapReason,
+	// RecoveredAs, ResolvedAt and the rest are kept: the watermark does not
+	// move. It is one conditional write, so of concurrent fills of one gap
+	// exactly one succeeds. It is not idempotent: repeating a fill that took
+	// effect fails with ErrNotGap. Failures change nothing: ErrNotFound
+	// (never handed out, or an unknown stream), ErrNotGap (leased,
+	// committed, or already filled), a *store.TrimmedError (below the low
+	// point).
+	FillGap(ctx context.Context, stream string, number int64, p *store.FillParams) error
+
+	// Trim deletes the resolved entries of stream below min(below,
+	// watermark+1) and raises the stream's low point to that bound; it never
+	// lowers it, never removes an unresolved entry and never trims past the
+	// watermark. It returns the low point after the call. below < 1 is
+	// ErrInvalidNumber; ErrStreamNotFound for an unknown stream.
+	Trim(ctx context.Context, stream string, below int64) (lowPoint int64, err error)
 }

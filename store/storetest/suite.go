@@ -33,6 +33,13 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"Stats", testStats},
 		{"BadInput", testBadInput},
 		{"Concurrency", testConcurrency},
+		{"Gaps", testGaps},
+		{"Trim", testTrim},
+		{"Ordered", testOrdered},
+		{"CommitBatch", testCommitBatch},
+		{"Snapshot", testSnapshot},
+		{"ReadResolved", testReadResolved},
+		{"Watch", testWatch},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -1,0 +1,466 @@
+package barrier
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// Source is what the barrier needs of a backend (store/memory,
+// store/postgres).
+type Source interface {
+	// Snapshot returns what the backend knows of a stream at one instant.
+	Snapshot(ctx context.Context, stream string, limit int) (store.Snapshot, error)
+	// Watch reports resolutions to sink until ctx ends.
+	Watch(ctx context.Context, sink store.Sink) error
+	// ReadResolved returns resolved entries after a number, up to the
+	// first unresolved one.
+	ReadResolved(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
+}
+
+// Defaults of Config.
+const (
+	DefaultPollInterval = 5 * time.Second
+	DefaultQueryTimeout = 10 * time.Second
+)
+
+// Config configures a Barrier. A nil *Config means the defaults; so does the
+// zero value of each field.
+type Config struct {
+	// PollInterval is the period of the safety poll that re-reads the
+	// snapshot of every stream with waiters, in case a notification was
+	// lost without the backend noticing. Default: DefaultPollInterval (5 s).
+	PollInterval time.Duration
+	// QueryTimeout bounds each snapshot the barrier reads in the
+	// background. Default: DefaultQueryTimeout (10 s).
+	QueryTimeout time.Duration
+	// SnapshotLimit is the most unresolved numbers one snapshot lists.
+	// Default: store.MaxListLimit.
+	SnapshotLimit int
+	// Logger receives diagnostics. Default: discard.
+	Logger *slog.Logger
+}
+
+// Errors of the lifecycle.
+var (
+	// ErrNotStarted is returned by waits on a Barrier that was not started:
+	// without its watch it would not hear of other resolutions.
+	ErrNotStarted = errors.New("barrier: not started")
+	// ErrStopped is returned by Start and by waits on a stopped Barrier.
+	ErrStopped = errors.New("barrier: stopped")
+)
+
+// Barrier tracks the watermarks of streams and wakes the waiters whose turn
+// came. It is safe for concurrent use.
+type Barrier struct {
+	src          Source
+	pollInterval time.Duration
+	queryTimeout time.Duration
+	limit        int
+	logger       *slog.Logger
+
+	streams sync.Map      // string -> *stream
+	gen     atomic.Uint64 // bumped by every Reset
+	resets  chan struct{} // wakes the refresher after a Reset; capacity 1
+
+	lifeMu  sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a Barrier on src. Call Start to have it listen.
+func New(src Source, cfg *Config) (*Barrier, error) {
+	if src == nil {
+		return nil, errors.New("barrier: nil Source")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	switch {
+	case cfg.PollInterval < 0:
+		return nil, fmt.Errorf("barrier: Config.PollInterval %v is negative", cfg.PollInterval)
+	case cfg.QueryTimeout < 0:
+		return nil, fmt.Errorf("barrier: Config.QueryTimeout %v is negative", cfg.QueryTimeout)
+	case cfg.SnapshotLimit < 0 || cfg.SnapshotLimit > store.MaxListLimit:
+		return nil, fmt.Errorf("barrier: Config.SnapshotLimit %d must be in 0..%d", cfg.SnapshotLimit, store.MaxListLimit)
+	}
+	b := &Barrier{
+		src:          src,
+		pollInterval: cmp.Or(cfg.PollInterval, DefaultPollInterval),
+		queryTimeout: cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
+		limit:        cmp.Or(cfg.SnapshotLimit, store.MaxListLimit),
+		logger:       cfg.Logger,
+		resets:       make(chan struct{}, 1),
+	}
+	if b.logger == nil {
+		b.logger = slog.New(slog.DiscardHandler)
+	}
+	b.gen.Store(1)
+	return b, nil
+}
+
+// Start starts watching the backend and the safety poll, and returns. The
+// goroutines run until Stop or until ctx ends.
+func (b *Barrier) Start(ctx context.Context) error {
+	b.lifeMu.Lock()
+	defer b.lifeMu.Unlock()
+	switch {
+	case b.stopped:
+		return ErrStopped
+	case b.started:
+		return nil
+	}
+	b.started = true
+	ctx, b.cancel = context.WithCancelCause(ctx)
+	b.wg.Go(func() {
+		err := b.src.Watch(ctx, sink{b})
+		if err != nil && context.Cause(ctx) != ErrStopped && ctx.Err() == nil {
+			b.logger.Error("barrier: watch ended", slog.Any("error", err))
+		}
+	})
+	b.wg.Go(func() { b.refresher(ctx) })
+	return nil
+}
+
+// Stop stops the goroutines Start started and waits for them. Waiters keep
+// waiting (their contexts bound them); they are no longer woken by other
+// processes' resolutions.
+func (b *Barrier) Stop() {
+	b.lifeMu.Lock()
+	b.stopped = true
+	cancel := b.cancel
+	b.lifeMu.Unlock()
+	if cancel != nil {
+		cancel(ErrStopped)
+	}
+	b.wg.Wait()
+}
+
+// sink adapts a Barrier to store.Sink without exporting its methods.
+type sink struct{ b *Barrier }
+
+func (s sink) Resolved(stream string, number int64) { s.b.Resolved(stream, number) }
+
+func (s sink) Reset() {
+	s.b.gen.Add(1)
+	select {
+	case s.b.resets <- struct{}{}:
+	default: // a refresh is already due
+	}
+}
+
+// refresher re-reads the snapshots of streams with waiters after a reset and
+// on every poll tick.
+func (b *Barrier) refresher(ctx context.Context) {
+	tick := time.NewTicker(b.pollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.resets:
+		case <-tick.C:
+		}
+		b.streams.Range(func(k, v any) bool {
+			st := v.(*stream)
+			if st.hasWaiters() {
+				qctx, cancel := context.WithTimeout(ctx, b.queryTimeout)
+				b.refresh(qctx, k.(string), st)
+				cancel()
+			}
+			return ctx.Err() == nil
+		})
+	}
+}
+
+// Resolved tells the barrier that number of stream is resolved. The backend
+// reports resolutions through Watch; callers that resolved a number
+// themselves report it too, which wakes local waiters without waiting for the
+// backend's notification. Reporting a number twice is harmless.
+func (b *Barrier) Resolved(name string, number int64) {
+	v, ok := b.streams.Load(name)
+	if !ok {
+		return // nobody asked about this stream: a later snapshot covers it
+	}
+	v.(*stream).resolved(number)
+}
+
+// WaitFor blocks until every number of stream below n is resolved (W >= n-1),
+// or ctx ends.
+func (b *Barrier) WaitFor(ctx context.Context, name string, n int64) error {
+	if err := store.ValidateStream(name); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	ready, cancel, err := b.Ready(ctx, name, n)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	select {
+	case <-ready:
+		return nil
+	default:
+	}
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("barrier: wait for %s/%d: %w", name, n, context.Cause(ctx))
+	}
+}
+
+// Ready returns a channel that is closed once every number of stream below n
+// is resolved, and a function that withdraws the wait; call it when done
+// (it is a no-op once the channel closed). It is the building block of
+// WaitFor for callers that wait on several things at once. A snapshot, when
+// one is needed, is read with ctx; if that fails the wait goes on and the
+// safety poll retries.
+func (b *Barrier) Ready(ctx context.Context, name string, n int64) (<-chan struct{}, func(), error) {
+	if err := b.running(); err != nil {
+		return nil, nil, err
+	}
+	st := b.stream(name)
+	w, stale := st.enqueue(n-1, b.gen.Load())
+	if stale {
+		_ = b.refresh(ctx, name, st) // logged; the poll retries
+	}
+	return w.ch, func() { st.withdraw(w) }, nil
+}
+
+func (b *Barrier) running() error {
+	b.lifeMu.Lock()
+	defer b.lifeMu.Unlock()
+	switch {
+	case b.stopped:
+		return ErrStopped
+	case !b.started:
+		return ErrNotStarted
+	}
+	return nil
+}
+
+// Watermark returns the watermark of stream, reading a snapshot first if
+// what the barrier knows may be stale.
+func (b *Barrier) Watermark(ctx context.Context, name string) (int64, error) {
+	if err := store.ValidateStream(name); err != nil {
+		return 0, fmt.Errorf("barrier: %w", err)
+	}
+	st := b.stream(name)
+	if st.isStale(b.gen.Load()) {
+		if err := b.refresh(ctx, name, st); err != nil {
+			return 0, err
+		}
+	}
+	return st.watermark(), nil
+}
+
+func (b *Barrier) stream(name string) *stream {
+	if v, ok := b.streams.Load(name); ok {
+		return v.(*stream)
+	}
+	v, _ := b.streams.LoadOrStore(name, newStream())
+	return v.(*stream)
+}
+
+// refresh reads a snapshot of stream and merges it. Concurrent refreshes of
+// one stream coalesce: while one runs, others ask it to run once more.
+func (b *Barrier) refresh(ctx context.Context, name string, st *stream) error {
+	if !st.beginLoad() {
+		return nil
+	}
+	for {
+		gen := b.gen.Load()
+		snap, err := b.src.Snapshot(ctx, name, b.limit)
+		if err != nil {
+			st.endLoad()
+			if ctx.Err() == nil {
+				b.logger.Warn("barrier: snapshot failed", slog.String("stream", name), slog.Any("error", err))
+			}
+			return fmt.Errorf("barrier: snapshot of %s: %w", name, err)
+		}
+		if !st.apply(snap, gen) {
+			return nil
+		}
+	}
+}
+
+// stream is what the barrier knows of one stream.
+type stream struct {
+	mu         sync.Mutex
+	w          int64              // the watermark; never decreases
+	known      int64              // highest number the last snapshot described
+	unresolved map[int64]struct{} // in (w, known]: leased at the last snapshot
+	heard      map[int64]struct{} // above w: reported resolved
+	gen        uint64             // reset generation of the last snapshot; 0: none
+	waiters    waiterHeap
+	loading    bool // a snapshot is being read
+	again      bool // another snapshot was asked for meanwhile
+}
+
+func newStream() *stream {
+	return &stream{unresolved: map[int64]struct{}{}, heard: map[int64]struct{}{}}
+}
+
+func (st *stream) watermark() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.w
+}
+
+func (st *stream) isStale(gen uint64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.gen < gen
+}
+
+func (st *stream) hasWaiters() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.waiters) > 0
+}
+
+// resolved records a reported resolution and wakes whom it concerns.
+func (st *stream) resolved(n int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if n <= st.w {
+		return
+	}
+	st.heard[n] = struct{}{}
+	if n == st.w+1 {
+		st.advance()
+	}
+}
+
+// apply merges a snapshot read at reset generation gen. It reports whether
+// another snapshot was asked for while this one was read; if not, the load
+// is over.
+func (st *stream) apply(snap store.Snapshot, gen uint64) (again bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.gen = max(st.gen, gen)
+	if snap.Known >= st.known || st.w >= st.known {
+		st.known = snap.Known
+		clear(st.unresolved)
+		for _, n := range snap.Unresolved {
+			if _, ok := st.heard[n]; !ok && n > st.w {
+				st.unresolved[n] = struct{}{}
+			}
+		}
+	}
+	if snap.Watermark > st.w {
+		for n := range st.heard {
+			if n <= snap.Watermark {
+				delete(st.heard, n)
+			}
+		}
+		st.w = snap.Watermark
+	}
+	st.advance()
+	again = st.again
+	st.again = false
+	st.loading = again
+	return again
+}
+
+// advance moves w over every number known to be resolved, then wakes the
+// waiters whose turn came. st.mu must be held.
+func (st *stream) advance() {
+	for {
+		next := st.w + 1
+		if _, ok := st.heard[next]; ok {
+			delete(st.heard, next)
+			delete(st.unresolved, next)
+		} else if _, ok := st.unresolved[next]; ok || next > st.known {
+			break
+		}
+		st.w = next
+	}
+	for len(st.waiters) > 0 && st.waiters[0].target <= st.w {
+		w := heap.Pop(&st.waiters).(*waiter)
+		close(w.ch)
+	}
+}
+
+// beginLoad claims the right to read a snapshot; false if one is being read,
+// in which case that reader is asked to read once more.
+func (st *stream) beginLoad() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.loading {
+		st.again = true
+		return false
+	}
+	st.loading = true
+	return true
+}
+
+func (st *stream) endLoad() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.loading, st.again = false, false
+}
+
+// enqueue registers a waiter for w >= target. The waiter's channel is
+// already closed if the target is reached. stale reports that the caller
+// should read a snapshot.
+func (st *stream) enqueue(target int64, gen uint64) (*waiter, bool) {
+	w := &waiter{target: target, ch: make(chan struct{}), index: -1}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if target <= st.w {
+		close(w.ch)
+		return w, false
+	}
+	heap.Push(&st.waiters, w)
+	return w, st.gen < gen
+}
+
+// withdraw removes a waiter that is still queued.
+func (st *stream) withdraw(w *waiter) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if w.index >= 0 {
+		heap.Remove(&st.waiters, w.index)
+	}
+}
+
+// waiter waits for the watermark to reach target.
+type waiter struct {
+	target int64
+	ch     chan struct{}
+	index  int // position in the heap; -1 once out
+}
+
+// waiterHeap is a min-heap of waiters by target.
+type waiterHeap []*waiter
+
+func (h waiterHeap) Len() int           { return len(h) }
+func (h waiterHeap) Less(i, j int) bool { return h[i].target < h[j].target }
+func (h waiterHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *waiterHeap) Push(x any) {
+	w := x.(*waiter)
+	w.index = len(*h)
+	*h = append(*h, w)
+}
+func (h *waiterHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	w.index = -1
+	return w
+}

@@ -1,0 +1,48 @@
+// Package barrier knows, for each stream, its watermark W: the largest w such
+// that every entry 1..w is resolved (committed or a gap). WaitFor(n) blocks
+// until W >= n-1, which is the moment an ordered commit of n may go ahead,
+// and the ordered reader (Entries) yields resolved entries in order up to W,
+// following the stream as it grows.
+//
+// # Knowing W without asking
+//
+// The barrier keeps, per stream it has been asked about, what it knows:
+//
+//	W ─────────────┐  every number up to W is resolved
+//	               v
+//	 1 2 3 4 5 6 7 8 [9] 10 11 [12] 13 14 ... Known | 15 16 17 ...
+//	                  ^          ^                        ^
+//	   unresolved at the snapshot (Snapshot.Unresolved)   numbers above Known:
+//	                                                      unresolved until heard of
+//
+// A snapshot (one statement) gives W, Known and the numbers in (W, Known]
+// that were unresolved. From then on, every resolution the backend reports
+// (store.Sink: PostgreSQL LISTEN/NOTIFY sent by the resolving transaction; the
+// memory backend's direct calls) and every resolution this process makes
+// itself is added to the picture, and W advances over every number known to be
+// resolved. Each advance is O(1) per number, with no query.
+//
+// Everything the barrier records is a fact: a snapshot is true at its
+// instant, a reported resolution is true forever (resolutions are final).
+// Missing a notification can therefore only make W lag, never run ahead. To
+// bound the lag the barrier re-reads a snapshot whenever the backend says it
+// may have missed something (Sink.Reset, after a reconnect), when a waiter
+// arrives on a stream whose snapshot predates the last reset, and on a slow
+// safety poll (Config.PollInterval) for streams that have waiters. W never
+// goes back: a snapshot older than what the barrier heard is merged, not
+// trusted blindly.
+//
+// # Waking
+//
+// Waiters sit in a min-heap per stream keyed by the watermark they need. An
+// advance pops exactly the waiters whose turn came: waking costs O(woken log
+// waiting), not O(waiting), so a thousand workers parked behind one slow
+// entry are not all woken by every unrelated resolution.
+//
+// # Lifecycle
+//
+// Start runs two goroutines: the backend's Watch, and the refresher that
+// serves resets and the safety poll. Stop cancels both and waits for them. It
+// is safe to call Stop before Start, and twice. Waits need a running barrier:
+// before Start and after Stop they fail with ErrNotStarted and ErrStopped.
+package barrier

@@ -1,0 +1,207 @@
+package sequence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// ErrNoBarrier is returned by Commit on a Leaser configured without a
+// Barrier.
+var ErrNoBarrier = errors.New("sequence: ordered commit needs Config.Barrier")
+
+// errRequeue completes a group item that could not commit yet because an
+// earlier item of its group failed: its caller goes back to waiting.
+var errRequeue = errors.New("sequence: requeued")
+
+// committer runs the ordered commits of one stream in this process. Callers
+// park their item here and wait at the barrier; the first whose turn comes
+// leads: it takes its own item and every consecutive item parked behind it
+// (up to Config.MaxGroup) and commits them in one backend call, which on
+// PostgreSQL is one transaction and one WAL flush (group commit). The result
+// is indistinguishable from one-by-one commits: each item is an ordered,
+// fenced commit of its own, and an item that fails sends the ones behind it
+// back to waiting, as they would have waited one by one.
+type committer struct {
+	mu     sync.Mutex
+	parked map[int64]*commitItem // waiting, not yet in a group
+}
+
+type commitItem struct {
+	lease   *Lease
+	payload []byte
+	fn      any
+	done    chan struct{} // closed when err is set
+	err     error
+}
+
+func (l *Leaser) committer(stream string) *committer {
+	if v, ok := l.committers.Load(stream); ok {
+		return v.(*committer)
+	}
+	v, _ := l.committers.LoadOrStore(stream, &committer{parked: map[int64]*commitItem{}})
+	return v.(*committer)
+}
+
+// commitOrdered waits for every earlier number to resolve, then commits x.
+func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) error {
+	l := x.leaser
+	if l.barrier == nil {
+		return ErrNoBarrier
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
+	}
+	switch err := x.Err(); {
+	case errors.Is(err, ErrCommitted):
+		return nil // this handle committed it already
+	case errors.Is(err, ErrReleased):
+		return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
+	}
+	c := l.committer(x.stream)
+	for {
+		it := &commitItem{lease: x, payload: payload, fn: fn, done: make(chan struct{})}
+		c.mu.Lock()
+		if _, dup := c.parked[x.number]; dup {
+			c.mu.Unlock()
+			return fmt.Errorf("sequence: commit %s/%d: already committing", x.stream, x.number)
+		}
+		c.parked[x.number] = it
+		c.mu.Unlock()
+
+		err := c.wait(ctx, l, it)
+		if !errors.Is(err, errRequeue) {
+			return err
+		}
+	}
+}
+
+// wait parks it until its turn comes (then leads a group), another leader
+// completes it, or it gives up.
+func (c *committer) wait(ctx context.Context, l *Leaser, it *commitItem) error {
+	x := it.lease
+	ready, withdraw, err := l.barrier.Ready(ctx, x.stream, x.number)
+	if err != nil {
+		c.unpark(it)
+		return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
+	}
+	defer withdraw()
+	deadline := time.NewTimer(x.Remaining())
+	defer deadline.Stop()
+	for {
+		select {
+		case <-it.done:
+			return it.err
+		case <-ready:
+			if ctx.Err() != nil && c.unpark(it) {
+				return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, ctx.Err())
+			}
+			c.lead(ctx, l, it)
+			<-it.done
+			return it.err
+		case <-x.lost:
+			if c.unpark(it) {
+				return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, x.lostErr())
+			}
+		case <-deadline.C:
+			if left := x.Remaining(); left > 0 { // extended meanwhile
+				deadline.Reset(left)
+				continue
+			}
+			if c.unpark(it) {
+				return fmt.Errorf("sequence: commit %s/%d: %w while waiting for earlier numbers", x.stream, x.number, ErrExpired)
+			}
+		case <-ctx.Done():
+			if c.unpark(it) {
+				return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, ctx.Err())
+			}
+		}
+		// A leader took the item into its group: its outcome comes soon.
+		<-it.done
+		return it.err
+	}
+}
+
+// unpark takes it back if no leader took it; it reports whether it did.
+func (c *committer) unpark(it *commitItem) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.parked[it.lease.number] == it {
+		delete(c.parked, it.lease.number)
+		return true
+	}
+	return false
+}
+
+// lead commits a group starting at it, if it is still parked, and completes
+// every item of the group.
+func (c *committer) lead(ctx context.Context, l *Leaser, it *commitItem) {
+	group := c.take(it, l.maxGroup)
+	if group == nil {
+		return // another leader has it
+	}
+	if l.groupDelay > 0 && len(group) < l.maxGroup {
+		t := time.NewTimer(l.groupDelay)
+		<-t.C
+		group = append(group, c.takeAfter(group[len(group)-1].lease.number, l.maxGroup-len(group))...)
+	}
+	x := it.lease
+	items := make([]store.CommitItem, len(group))
+	for i, g := range group {
+		items[i] = store.CommitItem{Number: g.lease.number, Token: g.lease.token, Payload: g.payload, Func: g.fn}
+	}
+	sctx, cancel := l.sharedContext(ctx)
+	results, err := l.store.CommitBatch(sctx, x.stream, items, &store.CommitBatchParams{Ordered: true})
+	cancel()
+	for i, g := range group {
+		switch {
+		case err != nil:
+			// Outcome unknown: the caller may retry Commit with the same
+			// lease, which reports whether this attempt took effect (I7).
+			g.err = fmt.Errorf("sequence: commit %s/%d: %w", x.stream, g.lease.number, err)
+		case results[i].Err == nil:
+			g.lease.resolved(ErrCommitted)
+		case errors.Is(results[i].Err, store.ErrNotReady):
+			g.err = errRequeue // an earlier item failed: wait again
+		default:
+			g.err = fmt.Errorf("sequence: %s/%d: %w", x.stream, g.lease.number, results[i].Err)
+		}
+		close(g.done)
+	}
+}
+
+// take removes it and the consecutive parked items after it (at most max in
+// all) from the parking lot; nil if it is no longer parked.
+func (c *committer) take(it *commitItem, max int) []*commitItem {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := it.lease.number
+	if c.parked[n] != it {
+		return nil
+	}
+	delete(c.parked, n)
+	return append([]*commitItem{it}, c.takeAfterLocked(n, max-1)...)
+}
+
+func (c *committer) takeAfter(n int64, max int) []*commitItem {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.takeAfterLocked(n, max)
+}
+
+func (c *committer) takeAfterLocked(n int64, max int) []*commitItem {
+	var out []*commitItem
+	for next := n + 1; len(out) < max; next++ {
+		g, ok := c.parked[next]
+		if !ok {
+			break
+		}
+		delete(c.parked, next)
+		out = append(out, g)
+	}
+	return out
+}

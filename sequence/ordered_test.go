@@ -1,0 +1,439 @@
+package sequence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/barrier"
+	"github.com/seqlease/seqlease/internal/pgtest"
+	"github.com/seqlease/seqlease/sequence"
+	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/memory"
+	"github.com/seqlease/seqlease/store/postgres"
+)
+
+// fullStore is a backend with everything the tests read and write.
+type fullStore interface {
+	sequence.Store
+	barrier.Source
+	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
+	ResolveExpired(ctx context.Context, stream string, number int64, p *store.ResolveExpiredParams) error
+	ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error)
+}
+
+// realBackends returns a memory store on the real clock and a PostgreSQL
+// store on a fresh schema.
+func realBackends(t *testing.T) map[string]fullStore {
+	pool := pgtest.Shared(t, false)
+	pg, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(t, pool)})
+	require.NoError(t, err)
+	return map[string]fullStore{"memory": memory.New(nil), "postgres": pg}
+}
+
+func leaserOn(t testing.TB, s fullStore, cfg sequence.Config) (*sequence.Leaser, *barrier.Barrier) {
+	b := startBarrier(t, s)
+	cfg.Barrier = b
+	l, err := sequence.New(s, &cfg)
+	require.NoError(t, err)
+	return l, b
+}
+
+func readAll(t *testing.T, s fullStore, stream string) []store.Entry {
+	var out []store.Entry
+	for {
+		es, err := s.Read(context.Background(), stream, int64(len(out)), store.MaxListLimit)
+		require.NoError(t, err)
+		out = append(out, es...)
+		if len(es) < store.MaxListLimit {
+			return out
+		}
+	}
+}
+
+// requireOrderedLedger checks I1 (dense, all resolved) and I4 on the ledger:
+// every committed entry resolved no earlier than every entry before it.
+func requireOrderedLedger(t *testing.T, es []store.Entry, n int) {
+	t.Helper()
+	require.Len(t, es, n)
+	var latest time.Time
+	for i, e := range es {
+		require.Equal(t, int64(i+1), e.Number, "dense")
+		require.True(t, e.State.Resolved(), "%d unresolved", e.Number)
+		if e.State == store.Committed {
+			require.False(t, e.ResolvedAt.Before(latest), "%d committed at %v, before an earlier number resolved at %v", e.Number, e.ResolvedAt, latest)
+		}
+		if e.ResolvedAt.After(latest) {
+			latest = e.ResolvedAt
+		}
+	}
+}
+
+// committedNumbers reads the stream through the ordered reader.
+func collect(t *testing.T, b *barrier.Barrier, stream string, opts *barrier.ReadOpts) []store.Entry {
+	var out []store.Entry
+	for e, err := range b.Entries(context.Background(), stream, opts) {
+		require.NoError(t, err)
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestReverseOrderCommits commits numbers from many goroutines in reverse
+// and random order with random delays, releasing some: every ordered commit
+// happens after all earlier numbers resolved (I4), and the reader yields
+// exactly the committed entries in order (I5).
+func TestReverseOrderCommits(t *testing.T) {
+	t.Parallel()
+	for name, s := range realBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			l, b := leaserOn(t, s, sequence.Config{})
+			const n = 80
+			leases, err := l.LeaseN(ctx, "rev", n, &sequence.LeaseOpts{TTL: time.Minute})
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			for i := n - 1; i >= 0; i-- {
+				x := leases[i]
+				wg.Go(func() {
+					time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+					if x.Number()%7 == 0 {
+						require.NoError(t, x.Release(ctx))
+						return
+					}
+					require.NoError(t, x.Commit(ctx, fmt.Appendf(nil, "v%d", x.Number())))
+				})
+			}
+			wg.Wait()
+			requireOrderedLedger(t, readAll(t, s, "rev"), n)
+
+			var want []int64
+			for i := int64(1); i <= n; i++ {
+				if i%7 != 0 {
+					want = append(want, i)
+				}
+			}
+			got := collect(t, b, "rev", nil)
+			require.Equal(t, want, numbersOf(got))
+			for _, e := range got {
+				require.Equal(t, fmt.Appendf(nil, "v%d", e.Number), e.Payload)
+			}
+		})
+	}
+}
+
+func numbersOf(es []store.Entry) []int64 {
+	out := make([]int64, len(es))
+	for i, e := range es {
+		out[i] = e.Number
+	}
+	return out
+}
+
+// TestLateCommitAfterGap stalls a holder past its TTL, declares the number a
+// gap, and then lets the holder commit: exactly one of the two wins.
+func TestLateCommitAfterGap(t *testing.T) {
+	t.Parallel()
+	for name, s := range realBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			l, _ := leaserOn(t, s, sequence.Config{})
+			x, err := l.Lease(ctx, "late", &sequence.LeaseOpts{TTL: 20 * time.Millisecond})
+			require.NoError(t, err)
+			next, err := l.Lease(ctx, "late", &sequence.LeaseOpts{TTL: time.Minute})
+			require.NoError(t, err)
+			waitExpired(t, s, "late", 1)
+			require.NoError(t, s.ResolveExpired(ctx, "late", 1, nil))
+			require.ErrorIs(t, x.Commit(ctx, []byte("late")), sequence.ErrExpired)
+			require.NoError(t, next.Commit(ctx, []byte("next")), "the gap released the barrier")
+			es := readAll(t, s, "late")
+			require.Equal(t, store.Gap, es[0].State)
+			require.Equal(t, store.ReasonExpired, es[0].GapReason)
+			require.Nil(t, es[0].Payload)
+			require.Equal(t, store.Committed, es[1].State)
+		})
+	}
+}
+
+// waitExpired waits until number of stream is past its expiry by the
+// backend's clock.
+func waitExpired(t *testing.T, s fullStore, stream string, number int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		es, err := s.ListExpired(context.Background(), &store.ListExpiredParams{Stream: stream})
+		require.NoError(t, err)
+		return slices.ContainsFunc(es, func(e store.Entry) bool { return e.Number == number })
+	}, 10*time.Second, time.Millisecond)
+}
+
+// TestCommitTxRacesGapDeclaration opens the holder's committing transaction
+// (its conditional write done, its function running) and declares the
+// number a gap meanwhile: the declaration waits for the row lock, and
+// exactly one side wins: the commit if the function succeeds, the gap if it
+// fails.
+func TestCommitTxRacesGapDeclaration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	l, _ := leaserOn(t, s, sequence.Config{})
+	_, err = pool.Exec(ctx, "CREATE TABLE "+schema+".read_model (n bigint PRIMARY KEY)")
+	require.NoError(t, err)
+
+	for _, fnFails := range []bool{false, true} {
+		x, err := l.Lease(ctx, "tx", &sequence.LeaseOpts{TTL: time.Minute})
+		require.NoError(t, err)
+		after := x.ExpiresAt().Add(time.Second) // the declaration's pinned clock: past the expiry
+		declared := make(chan error, 1)
+		err = sequence.CommitTx(ctx, x, []byte("tx"), func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+schema+".read_model VALUES ($1)", x.Number()); err != nil {
+				return err
+			}
+			go func() {
+				declared <- s.ResolveExpired(context.Background(), "tx", x.Number(), &store.ResolveExpiredParams{Now: &after})
+			}()
+			// Wait until the declaration is blocked on our row lock.
+			require.Eventually(t, func() bool {
+				var waiting bool
+				err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+					WHERE wait_event_type = 'Lock' AND query LIKE '%gap_reason%' AND datname = current_database())`).Scan(&waiting)
+				return err == nil && waiting
+			}, 10*time.Second, time.Millisecond)
+			if fnFails {
+				return errors.New("projection failed")
+			}
+			return nil
+		})
+		declErr := <-declared
+		var inModel bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+schema+".read_model WHERE n = $1)", x.Number()).Scan(&inModel))
+		if fnFails {
+			require.ErrorContains(t, err, "projection failed")
+			require.NoError(t, declErr, "the gap wins")
+			require.False(t, inModel, "the function's writes rolled back with the commit")
+			require.ErrorIs(t, x.Commit(ctx, nil), sequence.ErrExpired)
+		} else {
+			require.NoError(t, err, "the commit wins")
+			require.ErrorIs(t, declErr, store.ErrCommitted)
+			require.True(t, inModel)
+		}
+	}
+}
+
+// TestSlowVersusDead: a slow holder that keeps its lease alive holds the
+// barrier past its original TTL; a dead one is released by expiry.
+func TestSlowVersusDead(t *testing.T) {
+	t.Parallel()
+	for name, s := range realBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			l, _ := leaserOn(t, s, sequence.Config{})
+			const ttl = 150 * time.Millisecond
+			slow, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: ttl})
+			require.NoError(t, err)
+			require.NoError(t, slow.KeepAlive(nil))
+			dead, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: ttl})
+			require.NoError(t, err)
+			last, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: time.Minute})
+			require.NoError(t, err)
+
+			committed := make(chan error, 1)
+			go func() { committed <- last.Commit(ctx, []byte("last")) }()
+
+			// The slow holder renews: wait until it has renewed twice,
+			// which takes it past its original TTL.
+			require.Eventually(t, func() bool { return readAll(t, s, "sd")[0].Renewals >= 2 }, 10*time.Second, time.Millisecond)
+			require.Nil(t, slow.Err(), "still held")
+			select {
+			case err := <-committed:
+				t.Fatalf("the last commit went through while 1 was held: %v", err)
+			default:
+			}
+			require.NoError(t, slow.Commit(ctx, []byte("slow")))
+			require.ErrorIs(t, slow.Err(), sequence.ErrCommitted)
+
+			// The dead holder never comes back; its expiry resolves it.
+			waitExpired(t, s, "sd", 2)
+			require.NoError(t, s.ResolveExpired(ctx, "sd", 2, nil))
+			require.NoError(t, <-committed)
+			require.ErrorIs(t, dead.Commit(ctx, nil), sequence.ErrExpired)
+		})
+	}
+}
+
+// TestReplayEqualsLive: while writers lease, commit and release, a live
+// follower, a replay from 0 and a replay from a checkpoint yield the same
+// sequence, with pages so small that gaps fall on page boundaries.
+func TestReplayEqualsLive(t *testing.T) {
+	t.Parallel()
+	for name, s := range realBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			l, b := leaserOn(t, s, sequence.Config{})
+			const n = 200
+			followCtx, stopFollow := context.WithCancel(ctx)
+			defer stopFollow()
+			live := make(chan []store.Entry, 1)
+			go func() {
+				var got []store.Entry
+				for e, err := range b.Entries(followCtx, "rl", &barrier.ReadOpts{Follow: true, IncludeGaps: true, PageSize: 3}) {
+					if err != nil {
+						break
+					}
+					got = append(got, e)
+					if e.Number == n {
+						break
+					}
+				}
+				live <- got
+			}()
+			var wg sync.WaitGroup
+			var next atomic.Int64
+			for range 8 {
+				wg.Go(func() {
+					for next.Add(1) <= n {
+						x, err := l.Lease(ctx, "rl", &sequence.LeaseOpts{TTL: time.Minute})
+						require.NoError(t, err)
+						if x.Number()%3 == 0 || x.Number()%4 == 0 {
+							require.NoError(t, x.Release(ctx))
+						} else {
+							require.NoError(t, x.Commit(ctx, fmt.Appendf(nil, "%d", x.Number())))
+						}
+					}
+				})
+			}
+			wg.Wait()
+			followed := <-live
+			replay := collect(t, b, "rl", &barrier.ReadOpts{IncludeGaps: true, PageSize: 3})
+			fromCheckpoint := collect(t, b, "rl", &barrier.ReadOpts{After: 47, IncludeGaps: true, PageSize: 4})
+			require.Len(t, replay, n)
+			require.Equal(t, key(replay), key(followed))
+			require.Equal(t, key(replay[47:]), key(fromCheckpoint))
+			committedOnly := collect(t, b, "rl", &barrier.ReadOpts{PageSize: 5})
+			var want []string
+			for _, e := range replay {
+				if e.State == store.Committed {
+					want = append(want, fmt.Sprint(e.Number, e.State, string(e.Payload)))
+				}
+			}
+			require.Equal(t, want, key(committedOnly))
+		})
+	}
+}
+
+func key(es []store.Entry) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = fmt.Sprint(e.Number, e.State, string(e.Payload))
+	}
+	return out
+}
+
+// countingStore counts the batches that reach the backend.
+type countingStore struct {
+	fullStore
+	leaseCalls, leased, batchCalls, batched atomic.Int64
+}
+
+func (c *countingStore) Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error) {
+	c.leaseCalls.Add(1)
+	c.leased.Add(int64(len(reqs)))
+	return c.fullStore.Lease(ctx, stream, reqs, p)
+}
+
+func (c *countingStore) CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error) {
+	c.batchCalls.Add(1)
+	c.batched.Add(int64(len(items)))
+	return c.fullStore.CommitBatch(ctx, stream, items, p)
+}
+
+// TestGroupCommitMatchesOneByOne runs the same randomized workload with
+// group commit and lease coalescing on and off: the ledgers are identical
+// but for times and tokens, and the grouped run really grouped.
+func TestGroupCommitMatchesOneByOne(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Shared(t, false)
+	for _, backend := range []string{"memory", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			ledgers := map[bool][]string{}
+			for _, grouped := range []bool{false, true} {
+				var s fullStore = memory.New(nil)
+				if backend == "postgres" {
+					pg, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(t, pool)})
+					require.NoError(t, err)
+					s = pg
+				}
+				cs := &countingStore{fullStore: s}
+				cfg := sequence.Config{MaxGroup: 1, MaxLeaseBatch: 1}
+				if grouped {
+					cfg = sequence.Config{}
+				}
+				l, _ := leaserOn(t, cs, cfg)
+				ledgers[grouped] = runWorkload(t, l, cs, 300, 16)
+				if grouped {
+					t.Logf("%s: %d leases in %d statements, %d commits in %d batches",
+						backend, cs.leased.Load(), cs.leaseCalls.Load(), cs.batched.Load(), cs.batchCalls.Load())
+					require.Less(t, cs.batchCalls.Load(), cs.batched.Load(), "group commit grouped nothing")
+					if backend == "postgres" {
+						require.Less(t, cs.leaseCalls.Load(), cs.leased.Load(), "lease coalescing coalesced nothing")
+					}
+				} else {
+					require.Equal(t, cs.batchCalls.Load(), cs.batched.Load())
+					require.Equal(t, cs.leaseCalls.Load(), cs.leased.Load())
+				}
+			}
+			require.Equal(t, ledgers[false], ledgers[true])
+		})
+	}
+}
+
+// runWorkload has workers lease n numbers of a stream and resolve each by a
+// rule of its number (commit, release, or a transaction function that fails
+// and then a release), with random delays; it returns the ledger without
+// times and tokens.
+func runWorkload(t *testing.T, l *sequence.Leaser, s fullStore, n int64, workers int) []string {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for next.Add(1) <= n {
+				x, err := l.Lease(ctx, "w", &sequence.LeaseOpts{TTL: time.Minute, Kind: "k"})
+				require.NoError(t, err)
+				time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+				switch k := x.Number(); {
+				case k%5 == 0:
+					require.NoError(t, x.Release(ctx))
+				case k%11 == 0:
+					_, isPG := s.(*countingStore).fullStore.(*postgres.Store)
+					if isPG {
+						err := sequence.CommitTx(ctx, x, []byte("never"), func(context.Context, pgx.Tx) error { return errors.New("boom") })
+						require.ErrorContains(t, err, "boom")
+					}
+					require.NoError(t, x.Release(ctx))
+				default:
+					require.NoError(t, x.Commit(ctx, fmt.Appendf(nil, "r%d", k)))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	es := readAll(t, s, "w")
+	requireOrderedLedger(t, es, int(n))
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = fmt.Sprint(e.Number, e.State, e.GapReason, string(e.Payload), e.Kind)
+	}
+	return out
+}

@@ -1,0 +1,89 @@
+package sequence_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/barrier"
+	"github.com/seqlease/seqlease/internal/pgtest"
+	"github.com/seqlease/seqlease/sequence"
+	"github.com/seqlease/seqlease/store/postgres"
+)
+
+// TestCrossProcess starts worker OS processes that lease and commit, in
+// order, on one stream: each process's ordered commits wait for numbers
+// the other processes commit, so they are woken across processes (NOTIFY).
+// The parent follows the stream and checks the ledger.
+func TestCrossProcess(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("SEQLEASE_WORKER") != "" {
+		t.Fatal("TestCrossProcess must not run in a worker process")
+	}
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	b := startBarrier(t, s)
+
+	const procs, each = 3, 40
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmds := make([]*exec.Cmd, procs)
+	for i := range cmds {
+		cmd := exec.Command(exe, "-test.run=^TestWorkerProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "SEQLEASE_WORKER=1", "SEQLEASE_WORKER_SCHEMA="+schema,
+			"SEQLEASE_WORKER_COUNT="+strconv.Itoa(each), "SEQLEASE_WORKER_ID="+strconv.Itoa(i))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		require.NoError(t, cmd.Start())
+		cmds[i] = cmd
+	}
+	// Wait in this process for the last number of all of them.
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	require.NoError(t, b.WaitFor(waitCtx, "xp", procs*each+1))
+	for _, cmd := range cmds {
+		require.NoError(t, cmd.Wait())
+	}
+	es := readAll(t, s, "xp")
+	requireOrderedLedger(t, es, procs*each)
+	owners := map[string]int{}
+	for _, e := range es {
+		owners[e.Owner]++
+	}
+	require.Len(t, owners, procs, "every process leased")
+}
+
+// TestWorkerProcess is the body of TestCrossProcess's worker processes; run
+// alone it does nothing.
+func TestWorkerProcess(t *testing.T) {
+	if os.Getenv("SEQLEASE_WORKER") == "" {
+		return
+	}
+	ctx := context.Background()
+	n, err := strconv.Atoi(os.Getenv("SEQLEASE_WORKER_COUNT"))
+	require.NoError(t, err)
+	pool, err := pgtest.NewPool(ctx, &pgtest.Options{MaxConns: 4})
+	require.NoError(t, err)
+	defer pool.Close()
+	s, err := postgres.New(pool, &postgres.Config{Schema: os.Getenv("SEQLEASE_WORKER_SCHEMA")})
+	require.NoError(t, err)
+	b, err := barrier.New(s, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Start(ctx))
+	defer b.Stop()
+	l, err := sequence.New(s, &sequence.Config{Barrier: b, Owner: "worker-" + os.Getenv("SEQLEASE_WORKER_ID")})
+	require.NoError(t, err)
+	for i := range n {
+		x, err := l.Lease(ctx, "xp", &sequence.LeaseOpts{TTL: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, x.Commit(ctx, fmt.Appendf(nil, "%s-%d", os.Getenv("SEQLEASE_WORKER_ID"), i)))
+	}
+}

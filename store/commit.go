@@ -1,0 +1,64 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNotReady reports an ordered commit of n while some number below n is
+// still unresolved. It changes nothing; the caller waits at the barrier and
+// tries again.
+var ErrNotReady = errors.New("seqlease: earlier numbers are unresolved")
+
+// ErrUnsupported reports an operation the backend cannot do, such as running
+// a PostgreSQL transaction function on the memory backend.
+var ErrUnsupported = errors.New("seqlease: not supported by this backend")
+
+// CommitItem is one commit of a batch.
+type CommitItem struct {
+	Number  int64
+	Token   Token
+	Payload []byte
+	// Func, if not nil, runs inside the committing transaction, after the
+	// entry's conditional write and before the transaction commits; if it
+	// fails, the item's commit is rolled back and the item fails with its
+	// error. Its type is backend-specific (store/postgres takes
+	// func(context.Context, pgx.Tx) error); other backends return
+	// ErrUnsupported.
+	Func any
+}
+
+// CommitResult is the outcome of one CommitItem.
+type CommitResult struct {
+	ResolvedAt time.Time // when committed
+	Err        error     // why not; ErrNotReady for items after a failed one
+}
+
+// CommitBatchParams are the options of a batch commit.
+type CommitBatchParams struct {
+	// Ordered makes each item conditional on every earlier number being
+	// resolved, counting the batch's earlier items that succeeded.
+	Ordered bool
+	Now     *time.Time
+}
+
+// ValidateBatch checks a CommitBatch call: a valid stream, 1..MaxBatch items
+// with numbers ascending and distinct, and non-zero tokens.
+func ValidateBatch(stream string, items []CommitItem) error {
+	if err := ValidateStream(stream); err != nil {
+		return err
+	}
+	if len(items) == 0 || len(items) > MaxBatch {
+		return fmt.Errorf("%w: %d items, must be 1..%d", ErrInvalidCount, len(items), MaxBatch)
+	}
+	for i, it := range items {
+		if err := ValidateHolding(stream, it.Number, it.Token); err != nil {
+			return err
+		}
+		if i > 0 && it.Number <= items[i-1].Number {
+			return fmt.Errorf("%w: numbers must ascend, %d after %d", ErrInvalidNumber, it.Number, items[i-1].Number)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// ListGaps implements the storage contract's ListGaps. It scans the retained
+// entries above p.After: gaps are rare and the memory backend keeps no index
+// of them, so the cost follows the retained length of the stream.
+func (s *Store) ListGaps(ctx context.Context, name string, p *store.ListGapsParams) ([]store.Entry, error) {
+	if p == nil {
+		p = &store.ListGapsParams{}
+	}
+	limit, err := store.ValidateListGaps(name, p)
+	if err != nil {
+		return nil, fmt.Errorf("list gaps: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list gaps: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return nil, fmt.Errorf("list gaps: %w", err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []store.Entry
+	for n := max(p.After+1, st.low); n <= st.last() && len(out) < limit; n++ {
+		e := st.at(n)
+		open := e.State == store.Gap
+		filled := p.IncludeFilled && !e.FilledAt.IsZero()
+		if (!open && !filled) || (p.Reason != "" && e.GapReason != p.Reason) {
+			continue
+		}
+		x := *e
+		x.Payload = slices.Clone(e.Payload)
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// CountGaps implements the storage contract's CountGaps, by a scan of the
+// retained entries.
+func (s *Store) CountGaps(ctx context.Context, name string) (int64, error) {
+	if err := store.ValidateStream(name); err != nil {
+		return 0, fmt.Errorf("count gaps: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("count gaps: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return 0, fmt.Errorf("count gaps: %w", err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var n int64
+	for i := range st.entries {
+		if st.entries[i].State == store.Gap {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// FillGap implements the storage contract's FillGap: under the stream's
+// lock, an open gap becomes committed with the filler's payload.
+func (s *Store) FillGap(ctx context.Context, name string, number int64, p *store.FillParams) error {
+	if err := store.ValidateFill(name, number, p); err != nil {
+		return fmt.Errorf("fill gap: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("fill gap: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return fmt.Errorf("fill gap: %w: number %d", store.ErrNotFound, number)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if number < st.low {
+		return fmt.Errorf("fill gap: %w", &store.TrimmedError{Stream: name, LowPoint: st.low})
+	}
+	e, err := st.entry(number)
+	if err != nil {
+		return fmt.Errorf("fill gap: %w", err)
+	}
+	if err := notGap(e.State, !e.FilledAt.IsZero()); err != nil {
+		return fmt.Errorf("fill gap: %w", err)
+	}
+	e.State = store.Committed
+	e.Payload = slices.Clone(p.Payload)
+	e.FilledAt = s.clock(p.Now)
+	e.FilledBy = p.FilledBy
+	return nil
+}
+
+// notGap explains why an entry in state with filled cannot be filled, or
+// returns nil for an open gap.
+func notGap(state store.State, filled bool) error {
+	switch {
+	case state == store.Gap:
+		return nil
+	case filled:
+		return fmt.Errorf("%w: already filled", store.ErrNotGap)
+	}
+	return fmt.Errorf("%w: %s", store.ErrNotGap, state)
+}

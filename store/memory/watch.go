@@ -1,0 +1,151 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// CommitBatch commits items in order under one hold of the stream's lock,
+// each exactly as Commit would. The memory backend has no transactions: an
+// item with a Func fails alone, with ErrUnsupported.
+func (s *Store) CommitBatch(ctx context.Context, name string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error) {
+	if p == nil {
+		p = &store.CommitBatchParams{}
+	}
+	if err := store.ValidateBatch(name, items); err != nil {
+		return nil, fmt.Errorf("commit batch: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("commit batch: %w", err)
+	}
+	out := make([]store.CommitResult, len(items))
+	st, err := s.stream(name)
+	if err != nil {
+		for i := range out {
+			out[i].Err = fmt.Errorf("commit: %w: number %d", store.ErrNotFound, items[i].Number)
+		}
+		return out, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := s.clock(p.Now)
+	for i, it := range items {
+		e, err := st.entry(it.Number)
+		switch {
+		case err != nil:
+		case it.Func != nil:
+			err = fmt.Errorf("transaction functions: %w", store.ErrUnsupported)
+		case e.Token != it.Token:
+			err = store.ErrTokenMismatch
+		default:
+			out[i].ResolvedAt, err = s.commitLocked(name, st, e, it.Payload, now, p.Ordered)
+		}
+		if err != nil {
+			out[i].Err = fmt.Errorf("commit: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// Snapshot implements the barrier's starting point: the watermark and the
+// unresolved numbers above it, at most limit of them (0: store.MaxListLimit).
+// An unknown stream has an empty snapshot.
+func (s *Store) Snapshot(ctx context.Context, name string, limit int) (store.Snapshot, error) {
+	if err := store.ValidateStream(name); err != nil {
+		return store.Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	if limit <= 0 || limit > store.MaxListLimit {
+		limit = store.MaxListLimit
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Snapshot{}, fmt.Errorf("snapshot: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return store.Snapshot{}, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	snap := store.Snapshot{Watermark: st.firstUnresolved - 1, Known: st.last()}
+	for n := st.firstUnresolved; n <= st.last(); n++ {
+		if st.at(n).State == store.Leased {
+			snap.Unresolved = append(snap.Unresolved, n)
+			if len(snap.Unresolved) == limit { // cut: describe up to here, as PostgreSQL does
+				snap.Known = n
+				break
+			}
+		}
+	}
+	return snap, nil
+}
+
+// ReadResolved returns up to limit entries with numbers > after, ascending,
+// stopping before the first unresolved one: never past the watermark.
+func (s *Store) ReadResolved(ctx context.Context, name string, after int64, limit int) ([]store.Entry, error) {
+	limit, err := store.ValidateRead(name, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read resolved: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("read resolved: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return nil, fmt.Errorf("read resolved: %w", err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if after+1 < st.low {
+		return nil, fmt.Errorf("read resolved: %w", &store.TrimmedError{Stream: name, LowPoint: st.low})
+	}
+	from := after + 1
+	to := min(from+int64(limit), st.firstUnresolved) // exclusive
+	if to <= from {
+		return nil, nil
+	}
+	out := slices.Clone(st.entries[from-st.low : to-st.low])
+	for i := range out {
+		out[i].Payload = slices.Clone(out[i].Payload)
+	}
+	return out, nil
+}
+
+// Watch delivers every resolution to sink until ctx ends, synchronously from
+// the resolving call. It calls sink.Reset once, after registering.
+func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
+	s.watchMu.Lock()
+	sinks := s.loadSinks()
+	s.sinks.Store(ptr(append(slices.Clone(sinks), sink)))
+	s.watchMu.Unlock()
+	sink.Reset()
+
+	<-ctx.Done()
+
+	s.watchMu.Lock()
+	sinks = slices.Clone(s.loadSinks())
+	if i := slices.Index(sinks, sink); i >= 0 {
+		sinks = slices.Delete(sinks, i, i+1)
+	}
+	s.sinks.Store(&sinks)
+	s.watchMu.Unlock()
+	return ctx.Err()
+}
+
+func (s *Store) loadSinks() []store.Sink {
+	if p := s.sinks.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// notify tells every watcher that number of stream resolved.
+func (s *Store) notify(name string, number int64) {
+	for _, sink := range s.loadSinks() {
+		sink.Resolved(name, number)
+	}
+}

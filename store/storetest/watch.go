@@ -1,0 +1,175 @@
+package storetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+func testSnapshot(t *testing.T, newStore func(t *testing.T) Store) {
+	t.Run("describes the stream at one instant", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.stream("")
+		snap, err := b.s.Snapshot(b.ctx, s, 0)
+		require.NoError(t, err, "unknown stream")
+		require.Equal(t, store.Snapshot{}, snap)
+
+		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"),
+			req(time.Minute, "4"), req(time.Minute, "5"), req(time.Minute, "6"))
+		b.commit(es[0], time.Second, nil)
+		b.release(es[2], time.Second)
+		b.commit(es[4], time.Second, nil)
+		snap, err = b.s.Snapshot(b.ctx, s, 0)
+		require.NoError(t, err)
+		require.Equal(t, store.Snapshot{Watermark: 1, Known: 6, Unresolved: []int64{2, 4, 6}}, snap)
+
+		snap, err = b.s.Snapshot(b.ctx, s, 2)
+		require.NoError(t, err)
+		require.Equal(t, store.Snapshot{Watermark: 1, Known: 4, Unresolved: []int64{2, 4}}, snap, "cut at the limit")
+
+		for _, e := range []store.Entry{es[1], es[3], es[5]} {
+			b.commit(e, 2*time.Second, nil)
+		}
+		snap, err = b.s.Snapshot(b.ctx, s, 0)
+		require.NoError(t, err)
+		require.Equal(t, int64(6), snap.Watermark)
+		require.Equal(t, int64(6), snap.Known)
+		require.Empty(t, snap.Unresolved)
+	})
+
+	t.Run("bad stream name", func(t *testing.T) {
+		b := setup(t, newStore)
+		_, err := b.s.Snapshot(b.ctx, "", 0)
+		require.ErrorIs(t, err, store.ErrInvalidStream)
+	})
+}
+
+func testReadResolved(t *testing.T, newStore func(t *testing.T) Store) {
+	t.Run("stops before the first unresolved entry", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.stream("")
+		_, err := b.s.ReadResolved(b.ctx, s, 0, 0)
+		require.ErrorIs(t, err, store.ErrStreamNotFound)
+
+		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"), req(time.Minute, "4"))
+		got, err := b.s.ReadResolved(b.ctx, s, 0, 0)
+		require.NoError(t, err)
+		require.Empty(t, got)
+
+		b.commit(es[0], time.Second, []byte("one"))
+		b.release(es[1], time.Second)
+		b.commit(es[3], time.Second, []byte("four"))
+		got, err = b.s.ReadResolved(b.ctx, s, 0, 0)
+		require.NoError(t, err)
+		require.Len(t, got, 2, "3 is unresolved: 4 is past the watermark")
+		require.Equal(t, []byte("one"), got[0].Payload)
+		require.Equal(t, store.Gap, got[1].State)
+
+		b.commit(es[2], time.Second, []byte("three"))
+		got, err = b.s.ReadResolved(b.ctx, s, 1, 2)
+		require.NoError(t, err)
+		require.Equal(t, []int64{2, 3}, numbers(got), "after and limit")
+		got, err = b.s.ReadResolved(b.ctx, s, 3, 0)
+		require.NoError(t, err)
+		require.Equal(t, []int64{4}, numbers(got))
+		require.Equal(t, []byte("four"), got[0].Payload)
+		got, err = b.s.ReadResolved(b.ctx, s, 4, 0)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		b := setup(t, newStore)
+		_, err := b.s.ReadResolved(b.ctx, "", 0, 0)
+		require.ErrorIs(t, err, store.ErrInvalidStream)
+		_, err = b.s.ReadResolved(b.ctx, "x", -1, 0)
+		require.ErrorIs(t, err, store.ErrInvalidNumber)
+		_, err = b.s.ReadResolved(b.ctx, "x", 0, store.MaxListLimit+1)
+		require.ErrorIs(t, err, store.ErrInvalidCount)
+	})
+}
+
+// recordingSink collects what Watch reports.
+type recordingSink struct {
+	resets chan struct{}
+	mu     sync.Mutex
+	seen   map[int64]int // number -> times reported, for one stream
+	stream string
+	got    chan int64
+}
+
+func (r *recordingSink) Resolved(stream string, number int64) {
+	if stream != r.stream {
+		return
+	}
+	r.mu.Lock()
+	r.seen[number]++
+	r.mu.Unlock()
+	select {
+	case r.got <- number:
+	default:
+	}
+}
+
+func (r *recordingSink) Reset() {
+	select {
+	case r.resets <- struct{}{}:
+	default:
+	}
+}
+
+func testWatch(t *testing.T, newStore func(t *testing.T) Store) {
+	t.Run("reports exactly the resolutions that took effect", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.stream("")
+		sink := &recordingSink{resets: make(chan struct{}, 1), seen: map[int64]int{}, stream: s, got: make(chan int64, 100)}
+		ctx, cancel := context.WithCancel(b.ctx)
+		done := make(chan error, 1)
+		go func() { done <- b.s.Watch(ctx, sink) }()
+		defer func() {
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled)
+		}()
+		select {
+		case <-sink.resets:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Watch did not call Reset when it started listening")
+		}
+
+		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Second, "3"),
+			req(time.Minute, "4"), req(time.Minute, "5"), req(time.Minute, "6"), req(time.Minute, "7"))
+		b.commit(es[0], time.Second, nil)
+		_, err := b.s.Commit(b.ctx, s, 2, store.NewToken(), &store.CommitParams{Now: b.at(time.Second)})
+		require.ErrorIs(t, err, store.ErrTokenMismatch, "a refused commit is not reported")
+		b.release(es[1], time.Second)
+		b.expire(es[2], 2*time.Second, nil)
+		res, err := b.s.CommitBatch(b.ctx, s, []store.CommitItem{
+			{Number: 4, Token: es[3].Token}, {Number: 5, Token: store.NewToken()}, {Number: 6, Token: es[5].Token},
+		}, &store.CommitBatchParams{Ordered: true, Now: b.at(2 * time.Second)})
+		require.NoError(t, err)
+		require.NoError(t, res[0].Err)
+		require.Error(t, res[1].Err)
+		require.ErrorIs(t, res[2].Err, store.ErrNotReady)
+		b.commit(es[6], 3*time.Second, nil) // the sentinel: reported after everything above
+
+		for {
+			select {
+			case n := <-sink.got:
+				if n != 7 {
+					continue
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the sentinel's resolution was not reported")
+			}
+			break
+		}
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		require.Equal(t, map[int64]int{1: 1, 2: 1, 3: 1, 4: 1, 7: 1}, sink.seen)
+	})
+}

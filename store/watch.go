@@ -1,0 +1,27 @@
+package store
+
+// Snapshot is what a backend knows of a stream's resolution at one instant:
+// the barrier's starting point.
+type Snapshot struct {
+	// Watermark is the largest w such that 1..w are all resolved.
+	Watermark int64
+	// Known is the highest number whose state the snapshot describes: every
+	// number in (Watermark, Known] is resolved unless listed in Unresolved.
+	// It is the stream's last number, or less when Unresolved was cut at the
+	// requested limit.
+	Known int64
+	// Unresolved lists the leased numbers in (Watermark, Known], ascending.
+	Unresolved []int64
+}
+
+// Sink receives the resolutions a backend observes (Watch). Its methods must
+// not block: they may be called with backend locks held.
+type Sink interface {
+	// Resolved reports that number of stream is resolved (committed or gap).
+	// It may be reported more than once.
+	Resolved(stream string, number int64)
+	// Reset reports that resolutions may have been missed (at the start of
+	// watching, and after a reconnect): the receiver must re-read the truth
+	// with Snapshot before relying on what it was told.
+	Reset()
+}
