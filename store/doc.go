@@ -28,6 +28,19 @@
 //	      +---------+
 //
 // Extend moves the expiry of a leased entry forward while it is still live.
+// A gap may later be filled (FillGap): it becomes committed, with the filler
+// and the time recorded and its gap reason kept, so replays show it as
+// filled. Trim removes resolved entries below a point (never past the
+// watermark) and raises the stream's low point; reads below it fail with
+// ErrTrimmed.
+//
+// # Ordered commits and notifications
+//
+// An ordered commit of n (CommitParams.Ordered, CommitBatchParams.Ordered)
+// is refused with ErrNotReady while any number below n is unresolved: the
+// store itself enforces I4. Every resolution is reported to the backend's
+// watchers (Watch, a Sink), which is how the barrier learns of resolutions
+// made by other processes.
 //
 // # Time
 //

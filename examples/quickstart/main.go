@@ -1,8 +1,10 @@
 // Command quickstart runs a small pipeline on the in-memory backend: workers
-// lease numbers of one stream in parallel, do some work, and commit, give up
-// (release) or stall past their lease. A janitor turns expired leases into
-// gaps, standing in for the cleanup loop. At the end it prints the ledger and
-// checks that it is dense and fully resolved.
+// lease numbers of one stream in parallel, do some work, and commit in
+// sequence order, give up (release) or stall past their lease. A janitor
+// turns expired leases into gaps, standing in for the cleanup loop, and a
+// projector follows the stream with the ordered reader. At the end it prints
+// the ledger and checks that it is dense, fully resolved, and that the
+// projector saw every committed result exactly once, in order.
 //
 //	go run ./examples/quickstart [-events 400] [-workers 8]
 package main
@@ -14,10 +16,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
@@ -41,10 +45,37 @@ const (
 func run(events, workers int) error {
 	ctx := context.Background()
 	st := memory.New(nil)
-	leaser, err := sequence.New(st, &sequence.Config{DefaultTTL: ttl, Owner: "quickstart"})
+	b, err := barrier.New(st, nil)
 	if err != nil {
 		return err
 	}
+	if err := b.Start(ctx); err != nil {
+		return err
+	}
+	defer b.Stop()
+	leaser, err := sequence.New(st, &sequence.Config{Barrier: b, DefaultTTL: ttl, Owner: "quickstart"})
+	if err != nil {
+		return err
+	}
+
+	// The projector: applies committed results strictly in order, until it
+	// has seen the last event's number.
+	var projected []int64
+	var projector sync.WaitGroup
+	projector.Go(func() {
+		for e, err := range b.Entries(ctx, stream, &barrier.ReadOpts{Follow: true, IncludeGaps: true}) {
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "projector:", err)
+				return
+			}
+			if e.State == store.Committed {
+				projected = append(projected, e.Number)
+			}
+			if e.Number == int64(events) {
+				return
+			}
+		}
+	})
 
 	var committed, released, lateRefused atomic.Int64
 	jobs := make(chan int)
@@ -68,6 +99,12 @@ func run(events, workers int) error {
 						lateRefused.Add(1)
 					}
 				default:
+					// Keep the lease alive while the work runs and while the
+					// commit waits for earlier numbers; a stalled worker
+					// (above) cannot renew, which is why it loses its number.
+					if err := lease.KeepAlive(nil); err != nil {
+						fmt.Fprintln(os.Stderr, "keep-alive:", err)
+					}
 					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // the work
 					if lease.Commit(ctx, fmt.Appendf(nil, "result of event %d", ev)) == nil {
 						committed.Add(1)
@@ -115,6 +152,7 @@ func run(events, workers int) error {
 	}
 	close(stop)
 	janitor.Wait()
+	projector.Wait()
 	elapsed := time.Since(start)
 
 	entries, err := st.Read(ctx, stream, 0, store.MaxListLimit)
@@ -146,6 +184,16 @@ func run(events, workers int) error {
 	if int(committed.Load())+gaps[store.ReasonReleased]+gaps[store.ReasonExpired] != len(entries) {
 		return fmt.Errorf("ledger does not add up")
 	}
-	fmt.Println("ledger checked: dense, every number resolved exactly once")
+	var want []int64
+	for _, e := range entries {
+		if e.State == store.Committed {
+			want = append(want, e.Number)
+		}
+	}
+	if !slices.Equal(projected, want) {
+		return fmt.Errorf("the projector saw %d results, want the %d committed ones in order", len(projected), len(want))
+	}
+	fmt.Printf("projector:            %d results applied, strictly in sequence order\n", len(projected))
+	fmt.Println("ledger checked: dense, every number resolved exactly once, results read in order")
 	return nil
 }

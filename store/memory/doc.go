@@ -7,10 +7,17 @@
 //
 // Streams live in a sync.Map, so looking one up takes no lock shared between
 // streams. Each stream has its own mutex guarding a slice of entries indexed
-// by number-1: numbers are dense, so the slice is the whole ledger, and
-// leasing is an append. A cursor, the first unresolved number, only moves
-// forward over resolved entries; the watermark is that cursor minus one, and
-// advancing it costs amortised O(1) per resolution.
+// by number minus the retention low point: numbers are dense, so the slice
+// is the whole retained ledger, and leasing is an append. A cursor, the first
+// unresolved number, only moves forward over resolved entries; the watermark
+// is that cursor minus one, and advancing it costs amortised O(1) per
+// resolution.
+//
+// # Watching
+//
+// Watch registers a sink that every resolution calls synchronously, under
+// the stream's lock, so a stream's resolutions reach it in order. The sinks
+// are a copy-on-write slice read without a lock on the hot path.
 //
 // # Time
 //

@@ -213,8 +213,8 @@ func (s *Store) Release(ctx context.Context, name string, number int64, token st
 	}
 	defer st.mu.Unlock()
 	switch {
-	case e.State == store.Gap && e.GapReason == store.ReasonReleased:
-		return nil // repeated release
+	case e.GapReason == store.ReasonReleased:
+		return nil // repeated release (the gap may have been filled since)
 	case e.State != store.Leased:
 		return fmt.Errorf("release: %w", resolvedErr(e))
 	}

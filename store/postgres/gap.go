@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/seqlease/seqlease/store"
 )
 
-// The statements of gaps and retention (this file and trim.go), as templates
-// with {s} for the quoted schema, like those of buildQueries.
+// The statements of gaps (and trim.go's of retention), as templates with {s}
+// for the quoted schema; buildQueries quotes them in.
 const (
 	// listGapsSQL reads open gaps through the partial index entries_gaps.
 	listGapsSQL = `
@@ -53,36 +51,6 @@ FROM {s}.streams s LEFT JOIN {s}.entries e ON e.stream = s.name AND e.number = $
 WHERE s.name = $1`
 )
 
-// extraQueries are the statements of this file and trim.go with the schema
-// quoted in.
-type extraQueries struct {
-	listGaps, listGapHistory, countGaps, fillGap, fillProbe string
-	trim, lowPoint                                          string
-}
-
-// extraBySchema caches the extraQueries of each schema: schema -> *extraQueries.
-var extraBySchema sync.Map
-
-// extra returns the statements of this file and trim.go for the Store's
-// schema, built once per schema. (s.channel is the schema's name.)
-func (s *Store) extra() *extraQueries {
-	if q, ok := extraBySchema.Load(s.channel); ok {
-		return q.(*extraQueries)
-	}
-	schema := pgx.Identifier{s.channel}.Sanitize()
-	quote := func(t string) string { return strings.ReplaceAll(t, "{s}", schema) }
-	q, _ := extraBySchema.LoadOrStore(s.channel, &extraQueries{
-		listGaps:       quote(listGapsSQL),
-		listGapHistory: quote(listGapHistorySQL),
-		countGaps:      quote(countGapsSQL),
-		fillGap:        quote(fillGapSQL),
-		fillProbe:      quote(fillProbeSQL),
-		trim:           quote(trimSQL),
-		lowPoint:       quote(lowPointSQL),
-	})
-	return q.(*extraQueries)
-}
-
 // ListGaps implements the storage contract's ListGaps.
 func (s *Store) ListGaps(ctx context.Context, stream string, p *store.ListGapsParams) ([]store.Entry, error) {
 	if p == nil {
@@ -92,9 +60,9 @@ func (s *Store) ListGaps(ctx context.Context, stream string, p *store.ListGapsPa
 	if err != nil {
 		return nil, fmt.Errorf("list gaps: %w", err)
 	}
-	sql := s.extra().listGaps
+	sql := s.q.listGaps
 	if p.IncludeFilled {
-		sql = s.extra().listGapHistory
+		sql = s.q.listGapHistory
 	}
 	rows, err := s.db.Query(ctx, sql, stream, p.After, limit, p.Reason)
 	if err != nil {
@@ -118,7 +86,7 @@ func (s *Store) CountGaps(ctx context.Context, stream string) (int64, error) {
 		return 0, fmt.Errorf("count gaps: %w", err)
 	}
 	var n int64
-	err := s.db.QueryRow(ctx, s.extra().countGaps, stream).Scan(&n)
+	err := s.db.QueryRow(ctx, s.q.countGaps, stream).Scan(&n)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("count gaps: %w: %q", store.ErrStreamNotFound, stream)
@@ -135,7 +103,7 @@ func (s *Store) FillGap(ctx context.Context, stream string, number int64, p *sto
 		return fmt.Errorf("fill gap: %w", err)
 	}
 	for range maxAttempts {
-		tag, err := s.db.Exec(ctx, s.extra().fillGap, stream, number, p.Payload, p.FilledBy, p.Now)
+		tag, err := s.db.Exec(ctx, s.q.fillGap, stream, number, p.Payload, p.FilledBy, p.Now)
 		if err != nil {
 			return interpretError("fill gap", err)
 		}
@@ -145,7 +113,7 @@ func (s *Store) FillGap(ctx context.Context, stream string, number int64, p *sto
 		var low int64
 		var state *store.State
 		var filled *bool
-		err = s.db.QueryRow(ctx, s.extra().fillProbe, stream, number).Scan(&low, &state, &filled)
+		err = s.db.QueryRow(ctx, s.q.fillProbe, stream, number).Scan(&low, &state, &filled)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("fill gap: %w: number %d", store.ErrNotFound, number)

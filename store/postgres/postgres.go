@@ -184,12 +184,12 @@ func (s *Store) Release(ctx context.Context, stream string, number int64, token 
 			return interpretError("release", err)
 		}
 		switch {
+		case pr.gapReason == store.ReasonReleased:
+			return nil // repeated release (the gap may have been filled since)
 		case pr.state == store.Committed && pr.filled:
 			return fmt.Errorf("release: %w", store.GapError(pr.gapReason))
 		case pr.state == store.Committed:
 			return fmt.Errorf("release: %w", store.ErrCommitted)
-		case pr.state == store.Gap && pr.gapReason == store.ReasonReleased:
-			return nil // repeated release
 		case pr.state == store.Gap:
 			return fmt.Errorf("release: %w", store.GapError(pr.gapReason))
 		}

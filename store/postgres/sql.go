@@ -13,6 +13,8 @@ type queries struct {
 	probe, listExpired, listExpiredStream          string
 	read, streamExists, stats, now                 string
 	snapshot, readResolved, lowPoint, listen       string
+	listGaps, listGapHistory, countGaps, fillGap   string
+	fillProbe, trim                                string
 }
 
 // entryColumns is the column list scanEntry reads.
@@ -155,10 +157,18 @@ ORDER BY number LIMIT $3`,
 		lowPoint: `SELECT low_point FROM {s}.streams WHERE name = $1`,
 
 		listen: `LISTEN ` + s,
+
+		listGaps:       listGapsSQL, // gap.go and trim.go
+		listGapHistory: listGapHistorySQL,
+		countGaps:      countGapsSQL,
+		fillGap:        fillGapSQL,
+		fillProbe:      fillProbeSQL,
+		trim:           trimSQL,
 	}
 	for _, p := range []*string{&q.lease, &q.commit, &q.release, &q.extend, &q.resolveExpired,
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
-		&q.snapshot, &q.readResolved, &q.lowPoint} {
+		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
+		&q.fillGap, &q.fillProbe, &q.trim} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

@@ -48,9 +48,6 @@ WITH cur AS (
 		AND e.state <> 'leased'
 )
 SELECT low_point FROM up`
-
-	// lowPointSQL reads a stream's low point; no row means no stream.
-	lowPointSQL = `SELECT low_point FROM {s}.streams WHERE name = $1`
 )
 
 // Trim implements the storage contract's Trim in one statement (trimSQL).
@@ -59,7 +56,7 @@ func (s *Store) Trim(ctx context.Context, stream string, below int64) (int64, er
 		return 0, fmt.Errorf("trim: %w", err)
 	}
 	var low int64
-	err := s.db.QueryRow(ctx, s.extra().trim, stream, below).Scan(&low)
+	err := s.db.QueryRow(ctx, s.q.trim, stream, below).Scan(&low)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return 0, fmt.Errorf("trim: %w: %q", store.ErrStreamNotFound, stream)
@@ -72,7 +69,7 @@ func (s *Store) Trim(ctx context.Context, stream string, below int64) (int64, er
 // lowPoint returns the low point of stream, or ErrStreamNotFound.
 func (s *Store) lowPoint(ctx context.Context, stream string) (int64, error) {
 	var low int64
-	err := s.db.QueryRow(ctx, s.extra().lowPoint, stream).Scan(&low)
+	err := s.db.QueryRow(ctx, s.q.lowPoint, stream).Scan(&low)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("%w: %q", store.ErrStreamNotFound, stream)
 	}

@@ -1,8 +1,9 @@
 // Package storetest is the conformance suite of the storage contract: the
 // Store interface in this package, whose method comments are the
 // specification, checked against the invariants of DESIGN.md (I1 dense, I2
-// resolve once, I3 no commit at or after expiry nor with a foreign token, I7
-// idempotent retries).
+// resolve once, I3 no commit at or after expiry nor with a foreign token, I4
+// ordered commit, I5 never past the watermark, I6 nothing unresolved
+// trimmed, I7 idempotent retries).
 //
 // A backend runs it from its own tests:
 //
@@ -13,8 +14,9 @@
 // # Shape
 //
 // Run groups the subtests by concept, one file each: Lease, Commit, Release,
-// Extend, ResolveExpired and ListExpired (expire.go), Read, Stats, BadInput
-// and Concurrency. Every leaf subtest is parallel and calls newStore for a
+// Extend, ResolveExpired and ListExpired (expire.go), Read, Stats, BadInput,
+// Concurrency, Ordered and CommitBatch (ordered.go), Snapshot, ReadResolved
+// and Watch (watch.go), Gaps (gap.go) and Trim (trim.go). Every leaf subtest is parallel and calls newStore for a
 // fresh, isolated store: the listings across all streams (ListExpired without
 // a Stream filter) count on it. Stream names are unique per subtest all the
 // same, and derived from the subtest's name, so a shared database shows who

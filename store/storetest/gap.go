@@ -214,6 +214,9 @@ func testGaps(t *testing.T, newStore func(t *testing.T) Store) {
 		require.Equal(t, store.Committed, got.State)
 		require.False(t, got.FilledAt.IsZero())
 		require.False(t, got.FilledAt.Before(got.ResolvedAt), "FilledAt %v before ResolvedAt %v", got.FilledAt, got.ResolvedAt)
+		require.NoError(t, b.s.Release(b.ctx, s, 1, e.Token, nil), "the holder's repeated release reports its outcome")
+		_, err := b.s.Commit(b.ctx, s, 1, e.Token, nil)
+		require.ErrorIs(t, err, store.ErrReleased, "a filled gap is not the holder's commit")
 	})
 
 	t.Run("ListGaps lists filled gaps only on request", func(t *testing.T) {
