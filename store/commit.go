@@ -62,3 +62,38 @@ func ValidateBatch(stream string, items []CommitItem) error {
 	}
 	return nil
 }
+
+// ReasonRecovered is the gap reason of an entry whose work RecoverExpired
+// moved to a new number.
+const ReasonRecovered = "recovered"
+
+// RecoverParams are the options of RecoverExpired.
+type RecoverParams struct {
+	// Payload is the recovered work, committed under the new number.
+	Payload []byte
+	// RecoveryType says how the work was recovered ("partial-work",
+	// "retry"); required.
+	RecoveryType string
+	// Reason is the old entry's gap reason. Default: ReasonRecovered.
+	Reason string
+	// Owner is recorded on the new entry (the recovering process).
+	Owner string
+	Now   *time.Time
+}
+
+// ValidateRecover checks a RecoverExpired call.
+func ValidateRecover(stream string, number int64, p *RecoverParams) error {
+	if p == nil {
+		return fmt.Errorf("%w: nil RecoverParams", ErrInvalidText)
+	}
+	if _, err := ExpiryReason(stream, number, &ResolveExpiredParams{Reason: p.Reason}); err != nil {
+		return err
+	}
+	if p.RecoveryType == "" {
+		return fmt.Errorf("%w: empty recovery type", ErrInvalidText)
+	}
+	if err := ValidateText("recovery type", p.RecoveryType); err != nil {
+		return err
+	}
+	return ValidateText("owner", p.Owner)
+}

@@ -106,6 +106,12 @@ type Entry struct {
 	// never was. A filled entry is Committed, with the filler's payload.
 	FilledAt time.Time
 	FilledBy string // who filled it
+
+	// RecoveredFrom is, for an entry that carries work recovered from an
+	// expired lease, the number the work came from; 0 otherwise. Its
+	// OperationID is the original operation's, ResolvedAt the recovery time.
+	RecoveredFrom int64
+	RecoveryType  string // how it was recovered, e.g. "partial-work", "retry"
 }
 
 // LeaseRequest describes one number to lease.

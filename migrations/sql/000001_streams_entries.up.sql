@@ -35,10 +35,14 @@ CREATE TABLE entries (
     -- gap_reason keeps why it had been a gap
     filled_at    timestamptz,
     filled_by    text,
+    -- an entry that carries recovered work: the number it came from and how
+    recovered_from bigint,
+    recovery_type  text,
     PRIMARY KEY (stream, number),
     CONSTRAINT entries_resolved_iff_final CHECK ((state = 'leased') = (resolved_at IS NULL)),
     CONSTRAINT entries_gap_has_reason CHECK (state <> 'gap' OR gap_reason IS NOT NULL),
     CONSTRAINT entries_reason_only_on_gaps CHECK (gap_reason IS NULL OR state = 'gap' OR filled_at IS NOT NULL),
+    CONSTRAINT entries_recovery_described CHECK ((recovered_from IS NULL) = (recovery_type IS NULL)),
     CONSTRAINT entries_filled_are_committed CHECK (filled_at IS NULL OR (state = 'committed' AND filled_by IS NOT NULL)),
     -- so the entries with a gap reason are exactly the open and the filled gaps
     CONSTRAINT entries_filled_were_gaps CHECK (filled_at IS NULL OR gap_reason IS NOT NULL)

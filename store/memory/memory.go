@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -257,30 +258,78 @@ func (s *Store) ResolveExpired(ctx context.Context, name string, number int64, p
 	if err != nil {
 		return fmt.Errorf("resolve expired: %w", err)
 	}
-	if err := ctx.Err(); err != nil {
+	st, e, now, err := s.expired(ctx, name, number, p.Now)
+	if err != nil {
 		return fmt.Errorf("resolve expired: %w", err)
 	}
-	st, err := s.stream(name)
-	if err != nil {
-		return fmt.Errorf("resolve expired: %w: number %d", store.ErrNotFound, number)
-	}
-	st.mu.Lock()
 	defer st.mu.Unlock()
-	e, err := st.entry(number)
-	if err != nil {
-		return fmt.Errorf("resolve expired: %w", err)
-	}
-	if e.State != store.Leased {
-		return fmt.Errorf("resolve expired: %w", resolvedErr(e))
-	}
-	now := s.clock(p.Now)
-	if now.Before(e.ExpiresAt) {
-		return fmt.Errorf("resolve expired: %w", store.ErrNotExpired)
-	}
 	e.GapReason = reason
 	e.RecoveredAs = p.RecoveredAs
 	s.resolve(name, st, e, store.Gap, now)
 	return nil
+}
+
+// RecoverExpired implements the storage contract's RecoverExpired: under the
+// stream's lock, a new committed entry carrying the work and the old entry's
+// gap pointing at it.
+func (s *Store) RecoverExpired(ctx context.Context, name string, number int64, p *store.RecoverParams) (int64, error) {
+	if err := store.ValidateRecover(name, number, p); err != nil {
+		return 0, fmt.Errorf("recover expired: %w", err)
+	}
+	st, old, now, err := s.expired(ctx, name, number, p.Now)
+	if err != nil {
+		return 0, fmt.Errorf("recover expired: %w", err)
+	}
+	defer st.mu.Unlock()
+	moved := st.last() + 1
+	st.entries = append(st.entries, store.Entry{
+		Stream:        name,
+		Number:        moved,
+		State:         store.Leased, // resolved just below
+		Token:         store.NewToken(),
+		Owner:         p.Owner,
+		OperationID:   old.OperationID,
+		Kind:          old.Kind,
+		LeasedAt:      now,
+		ExpiresAt:     now,
+		Payload:       slices.Clone(p.Payload),
+		RecoveredFrom: number,
+		RecoveryType:  p.RecoveryType,
+	})
+	st.unresolved++
+	old = st.at(number) // the append may have moved the ledger
+	old.GapReason = cmp.Or(p.Reason, store.ReasonRecovered)
+	old.RecoveredAs = moved
+	s.resolve(name, st, old, store.Gap, now)
+	s.resolve(name, st, st.at(moved), store.Committed, now)
+	return moved, nil
+}
+
+// expired returns the locked stream and the leased, expired entry number
+// (or why not). On success the caller must unlock st.mu.
+func (s *Store) expired(ctx context.Context, name string, number int64, pinned *time.Time) (*stream, *store.Entry, time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return nil, nil, time.Time{}, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
+	}
+	st.mu.Lock()
+	e, err := st.entry(number)
+	now := s.clock(pinned)
+	switch {
+	case err != nil:
+	case e.State != store.Leased:
+		err = resolvedErr(e)
+	case now.Before(e.ExpiresAt):
+		err = store.ErrNotExpired
+	}
+	if err != nil {
+		st.mu.Unlock()
+		return nil, nil, time.Time{}, err
+	}
+	return st, e, now, nil
 }
 
 // ListExpired implements the storage contract's ListExpired.

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -253,22 +254,54 @@ func (s *Store) ResolveExpired(ctx context.Context, stream string, number int64,
 		if resolved == 1 {
 			return nil
 		}
-		pr, err := s.probe(ctx, s.db, stream, number, store.Token{}, p.Now)
-		if err != nil {
-			return interpretError("resolve expired", err)
-		}
-		switch {
-		case pr.state == store.Committed && pr.filled:
-			return fmt.Errorf("resolve expired: %w", store.GapError(pr.gapReason))
-		case pr.state == store.Committed:
-			return fmt.Errorf("resolve expired: %w", store.ErrCommitted)
-		case pr.state == store.Gap:
-			return fmt.Errorf("resolve expired: %w", store.GapError(pr.gapReason))
-		case !pr.expired:
-			return fmt.Errorf("resolve expired: %w", store.ErrNotExpired)
+		if err := s.explainExpiry(ctx, stream, number, p.Now); !errors.Is(err, errChanged) {
+			return fmt.Errorf("resolve expired: %w", err)
 		}
 	}
 	return fmt.Errorf("resolve expired: entry %d kept changing under concurrent writers", number)
+}
+
+// RecoverExpired implements the storage contract's RecoverExpired in one
+// statement (recoverExpired): the new committed entry and the old entry's
+// gap commit together or not at all.
+func (s *Store) RecoverExpired(ctx context.Context, stream string, number int64, p *store.RecoverParams) (int64, error) {
+	if err := store.ValidateRecover(stream, number, p); err != nil {
+		return 0, fmt.Errorf("recover expired: %w", err)
+	}
+	reason := cmp.Or(p.Reason, store.ReasonRecovered)
+	for range maxAttempts {
+		var moved int64
+		err := s.db.QueryRow(ctx, s.q.recoverExpired, stream, number, p.Owner, p.Payload, p.RecoveryType, reason, p.Now, s.channel).Scan(&moved)
+		if err == nil {
+			return moved, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, interpretError("recover expired", err)
+		}
+		if err := s.explainExpiry(ctx, stream, number, p.Now); !errors.Is(err, errChanged) {
+			return 0, fmt.Errorf("recover expired: %w", err)
+		}
+	}
+	return 0, fmt.Errorf("recover expired: entry %d kept changing under concurrent writers", number)
+}
+
+// explainExpiry explains a refused expiry resolution; errChanged if the
+// entry is leased and expired after all (it changed in between).
+func (s *Store) explainExpiry(ctx context.Context, stream string, number int64, now *time.Time) error {
+	pr, err := s.probe(ctx, s.db, stream, number, store.Token{}, now)
+	switch {
+	case err != nil:
+		return interpretError("probe", err)
+	case pr.state == store.Committed && pr.filled:
+		return store.GapError(pr.gapReason)
+	case pr.state == store.Committed:
+		return store.ErrCommitted
+	case pr.state == store.Gap:
+		return store.GapError(pr.gapReason)
+	case !pr.expired:
+		return store.ErrNotExpired
+	}
+	return errChanged
 }
 
 // probed is the state of an entry as probe found it.
@@ -417,10 +450,12 @@ func collectEntries(rows pgx.Rows) ([]store.Entry, error) {
 		recoveredAs *int64
 		filledAt    *time.Time
 		filledBy    *string
+		recFrom     *int64
+		recType     *string
 	)
 	dest := []any{&e.Stream, &e.Number, &e.State, &token, &e.Owner, &e.OperationID, &e.Kind,
 		&e.LeasedAt, &e.ExpiresAt, &e.Renewals, &resolvedAt, &e.Payload, &gapReason, &recoveredAs,
-		&filledAt, &filledBy}
+		&filledAt, &filledBy, &recFrom, &recType}
 	_, err := pgx.ForEachRow(rows, dest, func() error {
 		x := e
 		x.Token = token.Bytes
@@ -436,8 +471,11 @@ func collectEntries(rows pgx.Rows) ([]store.Entry, error) {
 		if filledAt != nil {
 			x.FilledAt, x.FilledBy = *filledAt, *filledBy
 		}
+		if recFrom != nil {
+			x.RecoveredFrom, x.RecoveryType = *recFrom, *recType
+		}
 		out = append(out, x)
-		e, resolvedAt, gapReason, recoveredAs, filledAt, filledBy = store.Entry{}, nil, nil, nil, nil, nil
+		e, resolvedAt, gapReason, recoveredAs, filledAt, filledBy, recFrom, recType = store.Entry{}, nil, nil, nil, nil, nil, nil, nil
 		return nil
 	})
 	return out, err

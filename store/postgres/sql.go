@@ -14,12 +14,13 @@ type queries struct {
 	read, streamExists, stats, now                 string
 	snapshot, readResolved, lowPoint, listen       string
 	listGaps, listGapHistory, countGaps, fillGap   string
-	fillProbe, trim                                string
+	fillProbe, trim, recoverExpired                string
 }
 
 // entryColumns is the column list scanEntry reads.
 const entryColumns = `stream, number, state, token, owner, operation_id, kind, leased_at,
-	expires_at, renewals, resolved_at, payload, gap_reason, recovered_as, filled_at, filled_by`
+	expires_at, renewals, resolved_at, payload, gap_reason, recovered_as, filled_at, filled_by,
+	recovered_from, recovery_type`
 
 // nowExpr is the backend's clock at the statement: the pinned time when the
 // caller passes one (tests do), clock_timestamp() otherwise. clock_timestamp,
@@ -97,6 +98,38 @@ WITH u AS (
 )
 SELECT count(*) FROM u, LATERAL ` + notifyf(6) + ` n`,
 
+		// One statement, so one transaction, moves expired work to a new
+		// number: old locks the expired entry (re-checked after any wait
+		// for its lock, like the conditional writes), s takes the next
+		// number (the stream row's lock, as Lease), ins appends the new
+		// committed entry with the recovery metadata, gap resolves the old
+		// entry pointing at it. Both resolutions are notified.
+		recoverExpired: `
+WITH old AS (
+	SELECT operation_id, kind FROM {s}.entries
+	WHERE stream = $1 AND number = $2 AND state = 'leased' AND expires_at <= ` + nowf(7) + `
+	FOR UPDATE
+), s AS (
+	UPDATE {s}.streams st SET last_number = st.last_number + 1
+	FROM old WHERE st.name = $1
+	RETURNING st.last_number
+), ins AS (
+	INSERT INTO {s}.entries (stream, number, state, token, owner, operation_id, kind,
+		leased_at, expires_at, resolved_at, payload, recovered_from, recovery_type)
+	SELECT $1, s.last_number, 'committed', gen_random_uuid(), $3, old.operation_id, old.kind,
+		n.t, n.t, n.t, $4, $2, $5
+	FROM s, old, (SELECT ` + nowf(7) + ` AS t) n
+	RETURNING number
+), gap AS (
+	UPDATE {s}.entries e
+	SET state = 'gap', gap_reason = $6, recovered_as = ins.number, resolved_at = ` + nowf(7) + `
+	FROM ins WHERE e.stream = $1 AND e.number = $2
+	RETURNING e.number
+)
+SELECT ins.number FROM ins, gap,
+	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || gap.number::text) n1,
+	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || ins.number::text) n2`,
+
 		// probe explains a refused conditional write, in a new statement so
 		// it sees the row as the write's decision left it.
 		probe: `
@@ -168,7 +201,7 @@ ORDER BY number LIMIT $3`,
 	for _, p := range []*string{&q.lease, &q.commit, &q.release, &q.extend, &q.resolveExpired,
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
-		&q.fillGap, &q.fillProbe, &q.trim} {
+		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

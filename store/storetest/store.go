@@ -81,6 +81,17 @@ type Store interface {
 	// error means every item's outcome is unknown.
 	CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error)
 
+	// RecoverExpired moves the work of an expired leased entry to a new
+	// number in one atomic step: it appends a committed entry (the stream's
+	// next number) with p.Payload, the old entry's operation id and kind,
+	// RecoveredFrom = number and p.RecoveryType, and turns the old entry into
+	// a gap with p.Reason (default "recovered") and RecoveredAs = the new
+	// number. Both happen or neither. It returns the new number. Refusals
+	// change nothing and are those of ResolveExpired; in particular a
+	// second run after a success finds the old entry a gap (ErrGap), so it
+	// never makes a second copy.
+	RecoverExpired(ctx context.Context, stream string, number int64, p *store.RecoverParams) (int64, error)
+
 	// Snapshot describes stream's resolution at one instant, listing at
 	// most limit unresolved numbers (0: store.MaxListLimit); see
 	// store.Snapshot. An unknown stream has the zero snapshot.

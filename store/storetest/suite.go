@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"Snapshot", testSnapshot},
 		{"ReadResolved", testReadResolved},
 		{"Watch", testWatch},
+		{"RecoverExpired", testRecoverExpired},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
