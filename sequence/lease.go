@@ -262,7 +262,7 @@ func (x *Lease) Release(ctx context.Context) error {
 // Leaser's default TTL). It fails with ErrExpired once the lease expired: a
 // lease cannot be revived.
 func (x *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	ttl = cmp.Or(ttl, x.leaser.defaultTTL)
+	ttl = cmp.Or(ttl, x.leaser.DefaultTTL())
 	if err := store.ValidateTTL(ttl, x.leaser.maxTTL); err != nil {
 		return fmt.Errorf("sequence: extend %s/%d: %w", x.stream, x.number, err)
 	}

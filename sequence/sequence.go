@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqlease/seqlease/barrier"
@@ -99,8 +100,9 @@ type Leaser struct {
 	writeTimeout  time.Duration
 	now           func() time.Time
 
-	leaseQueues sync.Map // stream -> *leaseQueue
-	committers  sync.Map // stream -> *committer
+	leaseQueues sync.Map     // stream -> *leaseQueue
+	committers  sync.Map     // stream -> *committer
+	boostedTTL  atomic.Int64 // the default TTL while boosted (BoostTTL); 0: not boosted
 }
 
 // New returns a Leaser on s. It returns an error naming the field when cfg
@@ -182,7 +184,7 @@ func (l *Leaser) LeaseN(ctx context.Context, stream string, n int, opts *LeaseOp
 	if opts == nil {
 		opts = &LeaseOpts{}
 	}
-	ttl := cmp.Or(opts.TTL, l.defaultTTL)
+	ttl := cmp.Or(opts.TTL, l.DefaultTTL())
 	if err := store.ValidateTTL(ttl, l.maxTTL); err != nil {
 		return nil, fmt.Errorf("sequence: lease: %w", err)
 	}
@@ -232,6 +234,25 @@ func (l *Leaser) handle(e *store.Entry, start time.Time) *Lease {
 		localDeadline: start.Add(e.ExpiresAt.Sub(e.LeasedAt)),
 		lost:          make(chan struct{}),
 	}
+}
+
+// DefaultTTL returns the lease duration used when a call names none:
+// Config.DefaultTTL, or more while BoostTTL is in force.
+func (l *Leaser) DefaultTTL() time.Duration {
+	return cmp.Or(time.Duration(l.boostedTTL.Load()), l.defaultTTL)
+}
+
+// BoostTTL multiplies the default lease duration by factor, capped at
+// Config.MaxTTL, until called again; a factor of 1 or less ends the boost.
+// The cleanup loop boosts while it works through a mass expiry (cascade
+// mode), so that new leases do not expire in the same overload.
+func (l *Leaser) BoostTTL(factor float64) {
+	if factor <= 1 {
+		l.boostedTTL.Store(0)
+		return
+	}
+	boosted := min(time.Duration(float64(l.defaultTTL)*factor), l.maxTTL)
+	l.boostedTTL.Store(int64(boosted))
 }
 
 // sharedContext is the context of a statement run on behalf of several

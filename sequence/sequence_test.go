@@ -229,3 +229,23 @@ func TestConfigValidation(t *testing.T) {
 	_, err = sequence.New(s, nil)
 	require.NoError(t, err)
 }
+
+func TestBoostTTL(t *testing.T) {
+	t.Parallel()
+	l, err := sequence.New(memory.New(nil), &sequence.Config{DefaultTTL: time.Minute, MaxTTL: 3 * time.Minute})
+	require.NoError(t, err)
+	ctx := context.Background()
+	ttlOf := func() time.Duration {
+		x, err := l.Lease(ctx, "boost", nil)
+		require.NoError(t, err)
+		return x.ExpiresAt().Sub(x.LeasedAt())
+	}
+	require.Equal(t, time.Minute, ttlOf())
+	l.BoostTTL(2)
+	require.Equal(t, 2*time.Minute, l.DefaultTTL())
+	require.Equal(t, 2*time.Minute, ttlOf())
+	l.BoostTTL(10)
+	require.Equal(t, 3*time.Minute, ttlOf(), "capped at MaxTTL")
+	l.BoostTTL(1)
+	require.Equal(t, time.Minute, ttlOf())
+}

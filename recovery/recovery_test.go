@@ -1,0 +1,231 @@
+package recovery_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/seqlease/seqlease/recovery"
+	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// expiredEntries leases n numbers of stream with a 1 s TTL on a store whose
+// clock then moves past their expiry, and returns the store and the entries.
+func expiredEntries(t *testing.T, n int) (*memory.Store, []store.Entry) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := memory.New(&memory.Config{Now: func() time.Time { return now }})
+	reqs := make([]store.LeaseRequest, n)
+	for i := range reqs {
+		reqs[i] = store.LeaseRequest{TTL: time.Second, OperationID: "op", Kind: "orders"}
+	}
+	es, err := s.Lease(context.Background(), "s", reqs, nil)
+	require.NoError(t, err)
+	now = now.Add(time.Minute)
+	return s, es
+}
+
+func read(t *testing.T, s *memory.Store, n int64) store.Entry {
+	es, err := s.Read(context.Background(), "s", n-1, 1)
+	require.NoError(t, err)
+	return es[0]
+}
+
+func tracker(work []byte, ok bool, err error) recovery.WorkTrackerFunc {
+	return func(context.Context, store.Entry) ([]byte, bool, error) { return work, ok, err }
+}
+
+func results(work []byte, ok bool, err error) recovery.OperationTrackerFunc {
+	return func(context.Context, store.Entry) ([]byte, bool, error) { return work, ok, err }
+}
+
+func TestPartialWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, es := expiredEntries(t, 2)
+	step := recovery.PartialWork(s, tracker([]byte("half done"), true, nil), "cleaner")
+	require.Equal(t, recovery.MethodPartialWork, step.Name())
+	r, err := step.TryRecover(ctx, es[0])
+	require.NoError(t, err)
+	require.True(t, r.Recovered)
+	require.Equal(t, int64(3), r.NewNumber)
+
+	old, moved := read(t, s, 1), read(t, s, 3)
+	require.Equal(t, store.Gap, old.State)
+	require.Equal(t, int64(3), old.RecoveredAs)
+	require.Equal(t, []byte("half done"), moved.Payload)
+	md, ok := recovery.MetadataOf(moved)
+	require.True(t, ok)
+	require.Equal(t, recovery.Metadata{OriginalNumber: 1, OriginalOperationID: "op", RecoveredAt: moved.ResolvedAt, Type: "partial-work"}, md)
+	_, ok = recovery.MetadataOf(old)
+	require.False(t, ok)
+
+	// Running it again finds the work moved: resolved, no second copy.
+	r, err = step.TryRecover(ctx, es[0])
+	require.NoError(t, err)
+	require.True(t, r.Recovered)
+	require.Zero(t, r.NewNumber)
+	stats, err := s.Stats(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, int64(4), stats.NextNumber)
+
+	r, err = recovery.PartialWork(s, tracker(nil, false, nil), "c").TryRecover(ctx, es[1])
+	require.NoError(t, err)
+	require.False(t, r.Recovered, "nothing to recover: declined")
+	_, err = recovery.PartialWork(s, tracker(nil, false, errors.New("tracker down")), "c").TryRecover(ctx, es[1])
+	require.ErrorContains(t, err, "tracker down")
+	require.Equal(t, store.Leased, read(t, s, 2).State, "declining changes nothing")
+}
+
+func TestRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, es := expiredEntries(t, 1)
+	r, err := recovery.Retry(s, results([]byte("result"), true, nil), "cleaner").TryRecover(ctx, es[0])
+	require.NoError(t, err)
+	require.Equal(t, int64(2), r.NewNumber)
+	require.Equal(t, "retry", read(t, s, 2).RecoveryType)
+	require.Equal(t, []byte("result"), read(t, s, 2).Payload)
+}
+
+func TestGapStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, es := expiredEntries(t, 1)
+	r, err := recovery.Gap(s).TryRecover(ctx, es[0])
+	require.NoError(t, err)
+	require.True(t, r.Recovered)
+	require.Equal(t, store.ReasonExpired, read(t, s, 1).GapReason)
+	r, err = recovery.Gap(s).TryRecover(ctx, es[0])
+	require.NoError(t, err, "already a gap: resolved meanwhile")
+	require.True(t, r.Recovered)
+}
+
+func TestPipelineOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, es := expiredEntries(t, 3)
+	var ran []string
+	observe := func(step string, r recovery.Result, err error) { ran = append(ran, step) }
+	p := recovery.Pipeline{
+		recovery.PartialWork(s, tracker(nil, false, nil), "c"),
+		recovery.Retry(s, results([]byte("r"), true, nil), "c"),
+		recovery.Gap(s),
+	}
+	r, err := p.Run(ctx, es[0], observe)
+	require.NoError(t, err)
+	require.Equal(t, recovery.MethodRetry, r.Method)
+	require.Equal(t, []string{"partial-work", "retry"}, ran, "stops at the first success")
+
+	ran = nil
+	failing := recovery.Pipeline{
+		recovery.PartialWork(s, tracker(nil, false, errors.New("down")), "c"),
+		recovery.Gap(s),
+	}
+	r, err = failing.Run(ctx, es[1], observe)
+	require.NoError(t, err)
+	require.Equal(t, recovery.MethodGap, r.Method, "an erring step falls through to the next")
+
+	never := recovery.NewStep("never", func(context.Context, store.Entry) (recovery.Result, error) {
+		return recovery.Result{}, errors.New("db down")
+	})
+	_, err = recovery.Pipeline{never}.Run(ctx, es[2], nil)
+	require.ErrorIs(t, err, recovery.ErrUnrecovered)
+	require.ErrorContains(t, err, "db down")
+	require.Equal(t, store.Leased, read(t, s, 3).State, "unrecovered stays expired for the next cycle")
+}
+
+func TestDefaultAdaptiveMapping(t *testing.T) {
+	t.Parallel()
+	s, _ := expiredEntries(t, 1)
+	sel := recovery.StepSelector{
+		PartialWork: recovery.PartialWork(s, tracker(nil, false, nil), "c"),
+		Retry:       recovery.Retry(s, results(nil, false, nil), "c"),
+		Gap:         recovery.Gap(s),
+	}
+	names := func(p recovery.Pipeline) []string {
+		var out []string
+		for _, st := range p {
+			out = append(out, st.Name())
+		}
+		return out
+	}
+	require.Equal(t, []string{"partial-work", "retry", "gap"}, names(sel.Select(recovery.Low, "k")))
+	require.Equal(t, []string{"partial-work", "gap"}, names(sel.Select(recovery.Medium, "k")))
+	require.Equal(t, []string{"gap"}, names(sel.Select(recovery.High, "k")))
+	require.Equal(t, []string{"gap"}, names(recovery.StepSelector{Gap: sel.Gap}.Select(recovery.Low, "k")), "missing steps are left out")
+
+	ctx := context.Background()
+	p := recovery.DefaultProbe
+	for _, c := range []struct {
+		s    recovery.Signals
+		want recovery.Level
+	}{
+		{recovery.Signals{}, recovery.Low},
+		{recovery.Signals{Backlog: 99}, recovery.Low},
+		{recovery.Signals{Backlog: 100}, recovery.Medium},
+		{recovery.Signals{Backlog: 1000}, recovery.High},
+		{recovery.Signals{PoolSaturation: 0.75}, recovery.Medium},
+		{recovery.Signals{PoolSaturation: 0.95, Backlog: 5}, recovery.High},
+		{recovery.Signals{CycleLatency: 6 * time.Second}, recovery.Medium},
+		{recovery.Signals{CycleLatency: 21 * time.Second, Backlog: 150}, recovery.High},
+	} {
+		require.Equal(t, c.want, p.Level(ctx, c.s), "%+v", c.s)
+	}
+	require.Equal(t, "medium", recovery.Medium.String())
+}
+
+func TestCustomProbeAndSelector(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, es := expiredEntries(t, 1)
+	probe := recovery.LoadProbeFunc(func(_ context.Context, sig recovery.Signals) recovery.Level {
+		if sig.Backlog > 0 {
+			return recovery.High
+		}
+		return recovery.Low
+	})
+	sel := recovery.SelectorFunc(func(level recovery.Level, kind string) recovery.Pipeline {
+		if kind == "orders" && level == recovery.High {
+			return recovery.Pipeline{recovery.Retry(s, results([]byte("x"), true, nil), "c")}
+		}
+		return recovery.Pipeline{recovery.Gap(s)}
+	})
+	level := probe.Level(ctx, recovery.Signals{Backlog: 1})
+	r, err := sel.Select(level, es[0].Kind).Run(ctx, es[0], nil)
+	require.NoError(t, err)
+	require.Equal(t, recovery.MethodRetry, r.Method)
+}
+
+func TestRateFilter(t *testing.T) {
+	t.Parallel()
+	s, _ := expiredEntries(t, 1)
+	f := &recovery.RateFilter{
+		Selector: recovery.StepSelector{
+			PartialWork: recovery.PartialWork(s, tracker(nil, false, nil), "c"),
+			Gap:         recovery.Gap(s),
+		},
+		MinRate: 0.5, Window: 4,
+	}
+	require.Len(t, f.Select(recovery.Low, "k"), 2, "no history yet")
+	for range 4 {
+		f.Record("partial-work", "k", false)
+	}
+	require.Len(t, f.Select(recovery.Low, "k"), 1, "partial work never works for k: skipped")
+	require.Len(t, f.Select(recovery.Low, "other"), 2, "per kind")
+	got := 0
+	for range 8 {
+		got += len(f.Select(recovery.Low, "k"))
+	}
+	require.Equal(t, 8+2, got, "let through once every Window selections")
+	for range 4 {
+		f.Record("partial-work", "k", true)
+	}
+	require.Len(t, f.Select(recovery.Low, "k"), 2, "recovered")
+}
