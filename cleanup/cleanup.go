@@ -19,6 +19,7 @@ import (
 // Store is what the loop needs of a backend (store/memory, store/postgres).
 type Store interface {
 	ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error)
+	ResolveExpiredBatch(ctx context.Context, stream string, numbers []int64, p *store.ResolveExpiredParams) ([]int64, error)
 	recovery.Recoverer
 	recovery.Resolver
 }
@@ -364,14 +365,17 @@ func (c *cycle) run(ctx context.Context) error {
 }
 
 // handle resolves the entries of one page, in order; in cascade mode in
-// batches with a pause between them.
+// batches with a pause between them. Entries whose pipeline is only the Gap
+// step are declared gaps together, a run of them per statement.
 func (c *cycle) handle(ctx context.Context, page []store.Entry, seenAt time.Time) error {
 	sv := c.sv
 	level := sv.probe.Level(ctx, recovery.Signals{
 		Backlog: len(page), PoolSaturation: sv.saturation(), CycleLatency: sv.lastLatency,
 	})
+	var gaps []store.Entry // a run of gap-only entries of one stream
 	for i, e := range page {
 		if sv.inCascade && i > 0 && i%sv.cascade.batch == 0 {
+			c.gap(ctx, &gaps, seenAt)
 			if err := sleep(ctx, sv.cascade.delay); err != nil {
 				return err
 			}
@@ -379,25 +383,69 @@ func (c *cycle) handle(ctx context.Context, page []store.Entry, seenAt time.Time
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if len(gaps) > 0 && gaps[0].Stream != e.Stream {
+			c.gap(ctx, &gaps, seenAt)
+		}
 		if c.blocked[e.Stream] || !c.lead(ctx, e.Stream) {
 			continue
 		}
 		sv.runHooks(ctx, e)
-		r, err := sv.selector.Select(level, e.Kind).Run(ctx, e, nil)
-		if sv.observer != nil {
-			sv.observer.Handled(e, seenAt, r, err)
-		}
-		if err != nil {
-			// Later numbers of this stream wait for the next cycle, so that
-			// recovered work keeps the original order.
-			c.blocked[e.Stream] = true
-			c.res.Failed++
-			c.errs = append(c.errs, err)
+		p := sv.selector.Select(level, e.Kind)
+		if p.IsGap() {
+			gaps = append(gaps, e)
 			continue
 		}
-		c.res.Resolved[r.Method]++
+		c.gap(ctx, &gaps, seenAt) // earlier numbers first
+		if c.blocked[e.Stream] {
+			continue // they failed: keep the order
+		}
+		r, err := p.Run(ctx, e, nil)
+		c.handled(e, seenAt, r, err)
 	}
-	return nil
+	c.gap(ctx, &gaps, seenAt)
+	return ctx.Err()
+}
+
+// gap declares the run of entries gaps in one statement and empties it.
+// Entries the statement did not resolve were resolved meanwhile (their
+// holder committed or released at the last moment): nothing is left to do
+// for them either.
+func (c *cycle) gap(ctx context.Context, run *[]store.Entry, seenAt time.Time) {
+	if len(*run) == 0 {
+		return
+	}
+	es := *run
+	*run = (*run)[:0]
+	numbers := make([]int64, len(es))
+	for i, e := range es {
+		numbers[i] = e.Number
+	}
+	qctx, cancel := context.WithTimeout(ctx, c.sv.qTimeout)
+	_, err := c.sv.store.ResolveExpiredBatch(qctx, es[0].Stream, numbers, nil)
+	cancel()
+	for _, e := range es {
+		if err != nil {
+			c.handled(e, seenAt, recovery.Result{}, fmt.Errorf("%w: %s/%d: gap: %w", recovery.ErrUnrecovered, e.Stream, e.Number, err))
+			continue
+		}
+		c.handled(e, seenAt, recovery.Result{Recovered: true, Method: recovery.MethodGap, Reason: store.ReasonExpired}, nil)
+	}
+}
+
+// handled records the outcome of one entry.
+func (c *cycle) handled(e store.Entry, seenAt time.Time, r recovery.Result, err error) {
+	if c.sv.observer != nil {
+		c.sv.observer.Handled(e, seenAt, r, err)
+	}
+	if err != nil {
+		// Later numbers of this stream wait for the next cycle, so that
+		// recovered work keeps the original order.
+		c.blocked[e.Stream] = true
+		c.res.Failed++
+		c.errs = append(c.errs, err)
+		return
+	}
+	c.res.Resolved[r.Method]++
 }
 
 // lead makes sure this cycle leads stream.

@@ -106,18 +106,33 @@ func move(ctx context.Context, s Recoverer, e store.Entry, payload []byte, metho
 }
 
 // Gap returns the step that declares the expired number a gap. It succeeds
-// whenever the database answers.
-func Gap(s Resolver) Step {
-	return NewStep(MethodGap, func(ctx context.Context, e store.Entry) (Result, error) {
-		err := s.ResolveExpired(ctx, e.Stream, e.Number, nil)
-		switch {
-		case err == nil:
-			return Result{Recovered: true, Reason: store.ReasonExpired}, nil
-		case resolvedMeanwhile(err):
-			return Result{Recovered: true, Reason: "resolved meanwhile: " + err.Error()}, nil
-		}
-		return Result{}, err
-	})
+// whenever the database answers. The cleanup loop recognises it
+// (IsGap) and declares runs of gaps with one statement.
+func Gap(s Resolver) Step { return gapStep{s} }
+
+type gapStep struct{ s Resolver }
+
+func (gapStep) Name() string { return MethodGap }
+
+func (g gapStep) TryRecover(ctx context.Context, e store.Entry) (Result, error) {
+	err := g.s.ResolveExpired(ctx, e.Stream, e.Number, nil)
+	switch {
+	case err == nil:
+		return Result{Recovered: true, Reason: store.ReasonExpired}, nil
+	case resolvedMeanwhile(err):
+		return Result{Recovered: true, Reason: "resolved meanwhile: " + err.Error()}, nil
+	}
+	return Result{}, err
+}
+
+// IsGap reports whether p is nothing but the built-in Gap step: the
+// entries it handles can be declared gaps in batches.
+func (p Pipeline) IsGap() bool {
+	if len(p) != 1 {
+		return false
+	}
+	_, ok := p[0].(gapStep)
+	return ok
 }
 
 // resolvedMeanwhile reports an error saying the entry is already resolved.

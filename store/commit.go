@@ -97,3 +97,20 @@ func ValidateRecover(stream string, number int64, p *RecoverParams) error {
 	}
 	return ValidateText("owner", p.Owner)
 }
+
+// ValidateExpiredBatch checks a ResolveExpiredBatch call and returns the gap
+// reason to record.
+func ValidateExpiredBatch(stream string, numbers []int64, p *ResolveExpiredParams) (string, error) {
+	if len(numbers) == 0 || len(numbers) > MaxBatch {
+		return "", fmt.Errorf("%w: %d numbers, must be 1..%d", ErrInvalidCount, len(numbers), MaxBatch)
+	}
+	if p.RecoveredAs != 0 {
+		return "", fmt.Errorf("%w: a batch of gaps cannot be recovered as one number", ErrInvalidNumber)
+	}
+	for _, n := range numbers {
+		if n < 1 {
+			return "", fmt.Errorf("%w: %d", ErrInvalidNumber, n)
+		}
+	}
+	return ExpiryReason(stream, 1, p)
+}

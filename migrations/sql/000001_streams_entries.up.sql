@@ -57,3 +57,42 @@ CREATE INDEX entries_gaps ON entries (stream, number) WHERE state = 'gap';
 -- Open and filled gaps together (listing with filled ones): the entries that
 -- have a gap reason.
 CREATE INDEX entries_gap_history ON entries (stream, number) WHERE gap_reason IS NOT NULL;
+
+-- Named leases (package lease): one row per name ever acquired, holding its
+-- current or last holding. The row stays after the holding ends, so the
+-- fencing token (fence) keeps growing across holders (I8). Renewals change
+-- only unindexed columns, so they can be HOT updates; fillfactor leaves room.
+CREATE TABLE leases (
+    name         text        COLLATE "C" PRIMARY KEY,
+    owner        text        COLLATE "C" NOT NULL,
+    fence        bigint      NOT NULL CHECK (fence >= 1),
+    acquired_at  timestamptz NOT NULL,
+    renewed_at   timestamptz NOT NULL,
+    expires_at   timestamptz NOT NULL,
+    renewals     integer     NOT NULL DEFAULT 0 CHECK (renewals >= 0),
+    -- 0: no limit
+    max_renewals integer     NOT NULL DEFAULT 0 CHECK (max_renewals >= 0),
+    -- set when the holding was released, force-released, or marked expired
+    ended_at     timestamptz,
+    end_reason   text CHECK (end_reason IN ('released', 'expired', 'force-released')),
+    CONSTRAINT leases_ended_has_reason CHECK ((ended_at IS NULL) = (end_reason IS NULL))
+) WITH (fillfactor = 80);
+
+-- Holdings not ended: by owner (ListLeases, ForceReleaseLeases) and by age
+-- (long-held leases, the expired scan). Their size follows the live holdings.
+CREATE INDEX leases_live_owner ON leases (owner, name) WHERE ended_at IS NULL;
+CREATE INDEX leases_live_age ON leases (acquired_at) WHERE ended_at IS NULL;
+
+-- The audit history of named leases; retention deletes by "at".
+CREATE TABLE lease_history (
+    id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name       text        COLLATE "C" NOT NULL,
+    owner      text        COLLATE "C" NOT NULL,
+    fence      bigint      NOT NULL,
+    event      text        NOT NULL CHECK (event IN ('acquired', 'renewed', 'released', 'expired', 'force-released')),
+    at         timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+
+CREATE INDEX lease_history_name ON lease_history (name, id);
+CREATE INDEX lease_history_at ON lease_history (at);

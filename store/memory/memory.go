@@ -26,6 +26,8 @@ type Store struct {
 
 	watchMu sync.Mutex                   // serialises changes to sinks
 	sinks   atomic.Pointer[[]store.Sink] // copy on write; read without a lock
+
+	named namedLeases // named leases: namedlease.go
 }
 
 // New returns an empty Store.
@@ -267,6 +269,38 @@ func (s *Store) ResolveExpired(ctx context.Context, name string, number int64, p
 	e.RecoveredAs = p.RecoveredAs
 	s.resolve(name, st, e, store.Gap, now)
 	return nil
+}
+
+// ResolveExpiredBatch implements the storage contract's ResolveExpiredBatch.
+func (s *Store) ResolveExpiredBatch(ctx context.Context, name string, numbers []int64, p *store.ResolveExpiredParams) ([]int64, error) {
+	if p == nil {
+		p = &store.ResolveExpiredParams{}
+	}
+	reason, err := store.ValidateExpiredBatch(name, numbers, p)
+	if err != nil {
+		return nil, fmt.Errorf("resolve expired batch: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("resolve expired batch: %w", err)
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return nil, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := s.clock(p.Now)
+	var resolved []int64
+	for _, n := range slices.Sorted(slices.Values(numbers)) {
+		e, err := st.entry(n)
+		if err != nil || e.State != store.Leased || now.Before(e.ExpiresAt) {
+			continue
+		}
+		e.GapReason = reason
+		s.resolve(name, st, e, store.Gap, now)
+		resolved = append(resolved, n)
+	}
+	return resolved, nil
 }
 
 // RecoverExpired implements the storage contract's RecoverExpired: under the

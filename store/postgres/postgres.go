@@ -261,6 +261,27 @@ func (s *Store) ResolveExpired(ctx context.Context, stream string, number int64,
 	return fmt.Errorf("resolve expired: entry %d kept changing under concurrent writers", number)
 }
 
+// ResolveExpiredBatch implements the storage contract's ResolveExpiredBatch
+// in one statement.
+func (s *Store) ResolveExpiredBatch(ctx context.Context, stream string, numbers []int64, p *store.ResolveExpiredParams) ([]int64, error) {
+	if p == nil {
+		p = &store.ResolveExpiredParams{}
+	}
+	reason, err := store.ValidateExpiredBatch(stream, numbers, p)
+	if err != nil {
+		return nil, fmt.Errorf("resolve expired batch: %w", err)
+	}
+	rows, err := s.db.Query(ctx, s.q.resolveExpiredBatch, stream, numbers, reason, p.Now, s.channel)
+	if err != nil {
+		return nil, interpretError("resolve expired batch", err)
+	}
+	resolved, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, interpretError("resolve expired batch", err)
+	}
+	return resolved, nil
+}
+
 // RecoverExpired implements the storage contract's RecoverExpired in one
 // statement (recoverExpired): the new committed entry and the old entry's
 // gap commit together or not at all.

@@ -15,6 +15,7 @@ type queries struct {
 	snapshot, readResolved, lowPoint, listen       string
 	listGaps, listGapHistory, countGaps, fillGap   string
 	fillProbe, trim, recoverExpired                string
+	resolveExpiredBatch                            string
 }
 
 // entryColumns is the column list scanEntry reads.
@@ -97,6 +98,18 @@ WITH u AS (
 	RETURNING number
 )
 SELECT count(*) FROM u, LATERAL ` + notifyf(6) + ` n`,
+
+		// Many expired entries of a stream become gaps in one statement:
+		// one round trip and one WAL flush for the cleanup loop's batches.
+		resolveExpiredBatch: `
+WITH u AS (
+	UPDATE {s}.entries
+	SET state = 'gap', gap_reason = $3, resolved_at = ` + nowf(4) + `
+	WHERE stream = $1 AND number = ANY($2::bigint[]) AND state = 'leased'
+		AND expires_at <= ` + nowf(4) + `
+	RETURNING number
+)
+SELECT u.number FROM u, LATERAL ` + notifyf(5) + ` n ORDER BY u.number`,
 
 		// One statement, so one transaction, moves expired work to a new
 		// number: old locks the expired entry (re-checked after any wait
@@ -201,7 +214,7 @@ ORDER BY number LIMIT $3`,
 	for _, p := range []*string{&q.lease, &q.commit, &q.release, &q.extend, &q.resolveExpired,
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
-		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired} {
+		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

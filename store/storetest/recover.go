@@ -74,6 +74,36 @@ func testRecoverExpired(t *testing.T, newStore func(t *testing.T) Store) {
 		require.Equal(t, int64(6), b.stats(s).NextNumber, "one copy")
 	})
 
+	t.Run("ResolveExpiredBatch resolves what is expired and leased", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.stream("")
+		es := b.lease(s, 0, req(time.Second, "1"), req(time.Second, "2"), req(time.Minute, "3"), req(time.Second, "4"))
+		b.commit(es[1], 0, nil)
+		got, err := b.s.ResolveExpiredBatch(b.ctx, s, []int64{4, 1, 2, 3, 99}, &store.ResolveExpiredParams{Now: b.at(2 * time.Second)})
+		require.NoError(t, err)
+		require.Equal(t, []int64{1, 4}, got, "committed 2, live 3 and missing 99 left alone")
+		require.Equal(t, store.ReasonExpired, b.entry(s, 1).GapReason)
+		requireTime(t, b.time(2*time.Second), b.entry(s, 4).ResolvedAt)
+		b.requireUnchanged(es[2])
+		require.Equal(t, store.Committed, b.entry(s, 2).State)
+		got, err = b.s.ResolveExpiredBatch(b.ctx, s, []int64{1, 4}, &store.ResolveExpiredParams{Now: b.at(3 * time.Second)})
+		require.NoError(t, err)
+		require.Empty(t, got, "twice: nothing left")
+		for name, c := range map[string]struct {
+			nums []int64
+			p    *store.ResolveExpiredParams
+		}{
+			"no numbers":      {nil, nil},
+			"number 0":        {[]int64{0}, nil},
+			"recovered as":    {[]int64{3}, &store.ResolveExpiredParams{RecoveredAs: 7}},
+			"reason released": {[]int64{3}, &store.ResolveExpiredParams{Reason: store.ReasonReleased}},
+		} {
+			_, err := b.s.ResolveExpiredBatch(b.ctx, s, c.nums, c.p)
+			require.ErrorIs(t, err, store.ErrInvalidArgument, name)
+		}
+		b.requireUnchanged(es[2])
+	})
+
 	t.Run("bad input", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.stream("")

@@ -81,6 +81,12 @@ type Store interface {
 	// error means every item's outcome is unknown.
 	CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error)
 
+	// ResolveExpiredBatch is ResolveExpired for several numbers of one
+	// stream at once (on PostgreSQL, one statement). It returns, ascending,
+	// the numbers it resolved; numbers that were not leased and expired (or
+	// do not exist) are left alone and not returned. p.RecoveredAs must be 0.
+	ResolveExpiredBatch(ctx context.Context, stream string, numbers []int64, p *store.ResolveExpiredParams) ([]int64, error)
+
 	// RecoverExpired moves the work of an expired leased entry to a new
 	// number in one atomic step: it appends a committed entry (the stream's
 	// next number) with p.Payload, the old entry's operation id and kind,

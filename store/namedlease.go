@@ -1,0 +1,344 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Named leases: TTL leases on a name, for leader election and mutual
+// exclusion (package lease builds on them). Every change of holder of a name
+// gets a larger fencing token (Fence); renewals keep it. At most one unexpired
+// holding per name exists at any instant of the backend's clock (I8).
+//
+//	             AcquireLease (free: never held, ended, or expired)
+//	                 |
+//	                 v
+//	            +---------+  RenewLease (owner, fence, now < ExpiresAt,
+//	            |  held   |  renewals < MaxRenewals): ExpiresAt = now + TTL
+//	            +---------+
+//	   ReleaseLease |  |  | ForceReleaseLeases (owner)
+//	                |  |  +------------------------------+
+//	                v  | now >= ExpiresAt                 v
+//	         +----------+   |                    +----------------+
+//	         | released |   v                    | force-released |
+//	         +----------+ +---------+            +----------------+
+//	                      | expired |  (CleanupExpiredLeases marks it;
+//	                      +---------+   an acquire may take it over first)
+//
+// Every end state is free: the next AcquireLease starts a new holding with
+// Fence+1. The row of a name is kept after its holding ends, so the fence
+// counter survives release, expiry and cleanup.
+
+// LeaseEventKind names an event in the life of a holding; the end reasons of
+// a holding are a subset (LeaseReleased, LeaseExpired, LeaseForceReleased).
+type LeaseEventKind string
+
+// The events of a holding, as the audit history records them.
+const (
+	LeaseAcquired      LeaseEventKind = "acquired"
+	LeaseRenewed       LeaseEventKind = "renewed"
+	LeaseReleased      LeaseEventKind = "released"
+	LeaseExpired       LeaseEventKind = "expired"
+	LeaseForceReleased LeaseEventKind = "force-released"
+)
+
+// NamedLease is one holding of a named lease as the backend saw it at AsOf,
+// by its own clock.
+type NamedLease struct {
+	Name  string
+	Owner string
+	// Fence is the fencing token of the holding: larger than that of every
+	// earlier holding of the name, the same across its renewals.
+	Fence      int64
+	AcquiredAt time.Time // the backend's now when the holding began
+	// RenewedAt is the backend's now at the last acquire or renewal: for
+	// the result of AcquireLease or RenewLease, the now of that call.
+	RenewedAt   time.Time
+	ExpiresAt   time.Time // RenewedAt + the TTL asked for
+	Renewals    int       // how many renewals the holding had
+	MaxRenewals int       // the most renewals it may have; 0 means no limit
+	// EndedAt is when the holding was released, force-released, or marked
+	// expired by CleanupExpiredLeases; zero while it is not ended (it may
+	// still have expired: see Held).
+	EndedAt   time.Time
+	EndReason LeaseEventKind // empty while not ended
+	// AsOf is the backend's now when this record was read or written.
+	AsOf time.Time
+}
+
+// Held reports whether the holding was live at AsOf: not ended and AsOf
+// before ExpiresAt.
+func (l NamedLease) Held() bool {
+	return !l.ExpiresAt.IsZero() && l.EndedAt.IsZero() && l.AsOf.Before(l.ExpiresAt)
+}
+
+// LeaseEvent is one record of the audit history of named leases.
+type LeaseEvent struct {
+	ID    int64 // increasing in the order the events were recorded
+	Name  string
+	Owner string
+	Fence int64
+	Kind  LeaseEventKind
+	// At is when it happened by the backend's clock: for LeaseExpired, the
+	// expiry instant of the holding.
+	At        time.Time
+	ExpiresAt time.Time // the holding's expiry after the event
+}
+
+// AcquireLeaseParams are the options of AcquireLease. TTL is required.
+type AcquireLeaseParams struct {
+	TTL time.Duration // ExpiresAt = now + TTL
+	// MaxRenewals bounds the renewals of the holding; 0 means no limit.
+	MaxRenewals int
+	NoHistory   bool       // do not record the audit history
+	Now         *time.Time // pins the backend's clock; nil uses its now
+}
+
+// RenewLeaseParams are the options of RenewLease. TTL is required.
+type RenewLeaseParams struct {
+	TTL       time.Duration // the new ExpiresAt is now + TTL
+	NoHistory bool
+	Now       *time.Time
+}
+
+// LeaseOpParams are the options of ReleaseLease, ForceReleaseLeases and
+// GetLease (which ignores NoHistory). A nil pointer means the defaults.
+type LeaseOpParams struct {
+	NoHistory bool
+	Now       *time.Time
+}
+
+// CleanupLeasesParams are the options of CleanupExpiredLeases.
+type CleanupLeasesParams struct {
+	Limit     int // at most this many holdings; 0 means DefaultListLimit
+	NoHistory bool
+	Now       *time.Time
+}
+
+// ListLeasesParams select the held leases ListLeases returns, ordered by
+// name after AfterName.
+type ListLeasesParams struct {
+	Owner string // only this owner's; empty means every owner
+	// HeldFor keeps only holdings acquired at least this long before now
+	// (long-held leases); zero means any age.
+	HeldFor   time.Duration
+	AfterName string
+	Limit     int // at most this many; 0 means DefaultListLimit
+	Now       *time.Time
+}
+
+// LeaseHistoryParams select events of the audit history, in ID order.
+type LeaseHistoryParams struct {
+	AfterID int64
+	Limit   int // at most this many; 0 means DefaultListLimit
+}
+
+// LeaseSink receives the notices of a backend's WatchLeases. Its methods
+// must not block.
+type LeaseSink interface {
+	// Freed reports that a holding of name ended (released, force-released
+	// or marked expired): the name may be free.
+	Freed(name string)
+	// Wanted reports that waiter waits for name and lost a race for it
+	// (AnnounceLeaseWaiter).
+	Wanted(name, waiter string)
+	// Reset reports that notices may have been missed (a reconnect).
+	Reset()
+}
+
+// Errors of named leases.
+var (
+	// ErrInvalidLeaseName reports an empty, over-long or malformed name.
+	ErrInvalidLeaseName = newInvalid("invalid lease name")
+	// ErrInvalidOwner reports an empty, over-long or malformed owner.
+	ErrInvalidOwner = newInvalid("invalid lease owner")
+	// ErrInvalidFence reports a fencing token below 1.
+	ErrInvalidFence = newInvalid("invalid fencing token")
+
+	// ErrHeld reports an acquire of a name another holding holds. The error
+	// is a *HeldError, which tells the holder.
+	ErrHeld = errors.New("seqlease: lease is held")
+	// ErrNotHolder reports a renew or release by a caller that does not
+	// hold the holding it names (another owner, or a fence never issued).
+	ErrNotHolder = errors.New("seqlease: not the holder of the lease")
+	// ErrLeaseNotFound reports a name that was never acquired.
+	ErrLeaseNotFound = errors.New("seqlease: lease not found")
+	// ErrForceReleased reports a holding that ForceReleaseLeases ended.
+	ErrForceReleased = errors.New("seqlease: lease force-released")
+	// ErrMaxRenewals reports a renewal past the holding's MaxRenewals.
+	ErrMaxRenewals = errors.New("seqlease: lease reached its maximum renewals")
+	// ErrStaleFence reports a fencing token that no longer holds its name.
+	// The error is a *FenceError.
+	ErrStaleFence = errors.New("seqlease: fencing token no longer holds the lease")
+)
+
+// HeldError reports that another holding holds the name. It matches ErrHeld.
+type HeldError struct {
+	Name      string
+	Owner     string    // the current holder
+	Fence     int64     // its fencing token
+	ExpiresAt time.Time // its expiry, by the backend's clock
+	AsOf      time.Time // the backend's now when it was seen held
+}
+
+// Error implements error.
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%v: %q by %q (fence %d) until %s", ErrHeld, e.Name, e.Owner, e.Fence,
+		e.ExpiresAt.UTC().Format(time.RFC3339Nano))
+}
+
+// Is makes a *HeldError match ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// Remaining returns how long the holding had left when it was seen:
+// ExpiresAt - AsOf, by the backend's clock.
+func (e *HeldError) Remaining() time.Duration { return max(e.ExpiresAt.Sub(e.AsOf), 0) }
+
+// FenceError reports a fencing token that no longer holds its name. It
+// matches ErrStaleFence.
+type FenceError struct {
+	Name  string
+	Fence int64 // the token checked
+	// Current is the name's current fence (0 if the name was never
+	// acquired); Reason says why Fence does not hold: "superseded",
+	// "expired", "released", "force-released" or "not found".
+	Current int64
+	Reason  string
+}
+
+// Error implements error.
+func (e *FenceError) Error() string {
+	return fmt.Sprintf("%v: %q fence %d: %s (current fence %d)", ErrStaleFence, e.Name, e.Fence, e.Reason, e.Current)
+}
+
+// Is makes a *FenceError match ErrStaleFence.
+func (e *FenceError) Is(target error) bool { return target == ErrStaleFence }
+
+// EndError returns the error for a renewal of a holding that ended for
+// reason: ErrReleased, ErrExpired or ErrForceReleased.
+func EndError(reason LeaseEventKind) error {
+	switch reason {
+	case LeaseReleased:
+		return ErrReleased
+	case LeaseForceReleased:
+		return ErrForceReleased
+	}
+	return ErrExpired
+}
+
+// ValidateLeaseName checks a lease name: 1 to MaxNameLen bytes of valid UTF-8
+// with no control characters.
+func ValidateLeaseName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidLeaseName)
+	}
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidLeaseName, len(name), MaxNameLen)
+	}
+	if err := checkText(name); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidLeaseName, err)
+	}
+	return nil
+}
+
+// ValidateLeaseOwner checks a lease owner: 1 to MaxNameLen bytes of valid
+// UTF-8 with no control characters.
+func ValidateLeaseOwner(owner string) error {
+	if owner == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidOwner)
+	}
+	if len(owner) > MaxNameLen {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrInvalidOwner, len(owner), MaxNameLen)
+	}
+	if err := checkText(owner); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidOwner, err)
+	}
+	return nil
+}
+
+// ValidateHoldingOf checks the (name, owner, fence) triple that names a
+// holding.
+func ValidateHoldingOf(name, owner string, fence int64) error {
+	if err := ValidateLeaseName(name); err != nil {
+		return err
+	}
+	if err := ValidateLeaseOwner(owner); err != nil {
+		return err
+	}
+	if fence < 1 {
+		return fmt.Errorf("%w: %d", ErrInvalidFence, fence)
+	}
+	return nil
+}
+
+// ValidateAcquireLease checks an AcquireLease call.
+func ValidateAcquireLease(name, owner string, p *AcquireLeaseParams) error {
+	if err := ValidateLeaseName(name); err != nil {
+		return err
+	}
+	if err := ValidateLeaseOwner(owner); err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("%w: no TTL", ErrInvalidTTL)
+	}
+	if err := ValidateTTL(p.TTL, 0); err != nil {
+		return err
+	}
+	if p.MaxRenewals < 0 {
+		return fmt.Errorf("%w: MaxRenewals %d is negative", ErrInvalidCount, p.MaxRenewals)
+	}
+	return nil
+}
+
+// ValidateRenewLease checks a RenewLease call.
+func ValidateRenewLease(name, owner string, fence int64, p *RenewLeaseParams) error {
+	if err := ValidateHoldingOf(name, owner, fence); err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("%w: no TTL", ErrInvalidTTL)
+	}
+	return ValidateTTL(p.TTL, 0)
+}
+
+// ValidateListLeases checks a ListLeases call and returns its effective
+// limit.
+func ValidateListLeases(p *ListLeasesParams) (int, error) {
+	if p.Owner != "" {
+		if err := ValidateLeaseOwner(p.Owner); err != nil {
+			return 0, err
+		}
+	}
+	if p.HeldFor < 0 || p.HeldFor > MaxTTL*1000 {
+		return 0, fmt.Errorf("%w: HeldFor %v", ErrInvalidTTL, p.HeldFor)
+	}
+	if p.AfterName != "" {
+		if err := ValidateLeaseName(p.AfterName); err != nil {
+			return 0, err
+		}
+	}
+	return ListLimit(p.Limit)
+}
+
+// FenceVerdict judges a fencing token against the current holding of its
+// name: nil if fence is the current fence and the holding is live (not
+// ended, unexpired), else a *FenceError saying why not.
+func FenceVerdict(name string, fence, current int64, endReason LeaseEventKind, unexpired bool) error {
+	e := &FenceError{Name: name, Fence: fence, Current: current}
+	switch {
+	case fence != current:
+		e.Reason = "superseded"
+		if fence > current {
+			e.Reason = "never issued"
+		}
+	case endReason != "":
+		e.Reason = string(endReason)
+	case !unexpired:
+		e.Reason = string(LeaseExpired)
+	default:
+		return nil
+	}
+	return e
+}
