@@ -20,8 +20,8 @@ help: ## Show this list of targets.
 test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers).
 	scripts/with-postgres $(GO) test -race -count=1 -timeout 15m ./...
 
-demo: ## Run the quickstart example.
-	$(GO) run ./examples/quickstart
+demo: ## Run the projection pipeline (faults on) on the in-memory backend.
+	$(GO) run ./examples/projection
 
 bench: ## Run the benchmarks against PostgreSQL (no tests).
 	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seqlease/seqlease/barrier"
+	"github.com/seqlease/seqlease/cleanup"
+	"github.com/seqlease/seqlease/migrations"
+	"github.com/seqlease/seqlease/recovery"
+	"github.com/seqlease/seqlease/sequence"
+	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/memory"
+	"github.com/seqlease/seqlease/store/postgres"
+)
+
+// backend is what the pipeline uses of a store.
+type backend interface {
+	sequence.Store
+	barrier.Source
+	cleanup.Store
+	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
+	Stats(ctx context.Context, stream string) (store.StreamStats, error)
+}
+
+// tracker is the demo's WorkTracker and OperationTracker: what workers
+// recorded before they crashed, by operation id.
+type tracker struct {
+	mu   sync.Mutex
+	work map[string][]byte
+}
+
+func newTracker() *tracker { return &tracker{work: map[string][]byte{}} }
+
+func (t *tracker) record(id string, payload []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.work[id] = payload
+}
+
+func (t *tracker) lookup(_ context.Context, e store.Entry) ([]byte, bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w, ok := t.work[e.OperationID]
+	return w, ok, nil
+}
+
+// counters are what the pipeline did, for the progress line and the report.
+type counters struct {
+	committed, stalled, lateRefused, crashed, partial, retried atomic.Int64
+	redelivered, applied, recovered, duplicates                atomic.Int64
+}
+
+// pipeline is one run.
+type pipeline struct {
+	c       config
+	st      backend
+	stream  string
+	events  []event
+	leaser  *sequence.Leaser
+	barrier *barrier.Barrier
+	partial *tracker // partial work, for the PartialWork step
+	results *tracker // completed results, for the Retry step
+	jobs    chan int // event indices to process
+	n       counters
+}
+
+func run(ctx context.Context, c config) (*report, error) {
+	st, closeStore, err := openStore(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	defer closeStore()
+
+	p := &pipeline{
+		c: c, st: st,
+		stream:  fmt.Sprintf("projection-%d", time.Now().UnixNano()),
+		events:  generate(c.seed, c.events, c.accounts),
+		partial: newTracker(), results: newTracker(),
+		jobs: make(chan int, c.events), // each event is in it at most once
+	}
+	if p.barrier, err = barrier.New(st, nil); err != nil {
+		return nil, err
+	}
+	if err := p.barrier.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer p.barrier.Stop()
+	if p.leaser, err = sequence.New(st, &sequence.Config{Barrier: p.barrier, DefaultTTL: c.ttl, Owner: "projection-demo"}); err != nil {
+		return nil, err
+	}
+	cl, err := cleanup.New(st, &cleanup.Config{
+		Interval:         c.interval,
+		WorkTracker:      recovery.WorkTrackerFunc(p.partial.lookup),
+		OperationTracker: recovery.OperationTrackerFunc(p.results.lookup),
+		Booster:          p.leaser,
+		Owner:            "projection-cleanup",
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := cl.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer cl.Stop()
+
+	for i := range p.events {
+		p.jobs <- i
+	}
+	start := time.Now()
+	var workers sync.WaitGroup
+	for w := range c.workers {
+		workers.Go(func() { p.worker(ctx, uint64(w)) })
+	}
+	stopProgress := p.progress(start)
+	model, err := p.project(ctx)
+	stopProgress()
+	close(p.jobs)
+	workers.Wait()
+	elapsed := time.Since(start)
+	if err != nil {
+		return nil, err
+	}
+	return p.check(ctx, model, elapsed)
+}
+
+// openStore returns the memory backend, or PostgreSQL (migrated) with -dsn.
+func openStore(ctx context.Context, c config) (backend, func(), error) {
+	if c.dsn == "" {
+		return memory.New(nil), func() {}, nil
+	}
+	pool, err := pgxpool.New(ctx, c.dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	m, err := migrations.New(&migrations.Config{Schema: c.schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	if _, err := m.Up(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("migrate: %w", err)
+	}
+	st, err := postgres.New(pool, &postgres.Config{Schema: c.schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return st, pool.Close, nil
+}
+
+// worker processes events: lease a number, do the work, commit in order.
+// Some attempts go wrong on purpose.
+func (p *pipeline) worker(ctx context.Context, id uint64) {
+	r := rand.New(rand.NewPCG(p.c.seed, id))
+	for idx := range p.jobs {
+		e := p.events[idx]
+		lease, err := p.leaser.Lease(ctx, p.stream, &sequence.LeaseOpts{OperationID: e.ID, Kind: e.Type})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "lease:", err)
+			return
+		}
+		result, _ := json.Marshal(project(e))
+		switch f := r.Float64(); {
+		case f < p.c.stall:
+			// Paused (GC, SIGSTOP, a partition) past the lease: the late
+			// commit is refused, and the number was resolved without us.
+			p.n.stalled.Add(1)
+			time.Sleep(p.c.ttl * 3 / 2)
+			if err := lease.Commit(ctx, result); errors.Is(err, sequence.ErrExpired) || errors.Is(err, sequence.ErrGap) {
+				p.n.lateRefused.Add(1)
+			}
+			continue
+		case f < p.c.stall+p.c.crash:
+			p.n.crashed.Add(1) // dies holding the lease
+			continue
+		case f < p.c.stall+p.c.crash+p.c.partial:
+			p.partial.record(e.ID, result) // half done, then dies
+			p.n.partial.Add(1)
+			continue
+		case f < p.c.stall+p.c.crash+p.c.partial+p.c.retry:
+			p.results.record(e.ID, result) // done, then dies before committing
+			p.n.retried.Add(1)
+			continue
+		}
+		_ = lease.KeepAlive(nil)
+		time.Sleep(time.Duration(r.IntN(1000)) * time.Microsecond) // the work
+		if err := lease.Commit(ctx, result); err != nil {
+			// Lost the number (it expired while waiting): the projector
+			// will see a gap and redeliver the event.
+			continue
+		}
+		p.n.committed.Add(1)
+	}
+}
+
+// project follows the stream in order and applies each operation once. A
+// gap whose work was not recovered elsewhere means its event still needs
+// doing: it is redelivered.
+func (p *pipeline) project(ctx context.Context) (readModel, error) {
+	model := readModel{}
+	applied := make([]bool, len(p.events))
+	var last int64
+	for e, err := range p.barrier.Entries(ctx, p.stream, &barrier.ReadOpts{Follow: true, IncludeGaps: true}) {
+		if err != nil {
+			return nil, err
+		}
+		if e.Number <= last {
+			return nil, fmt.Errorf("reader went back: %d after %d", e.Number, last)
+		}
+		last = e.Number
+		if e.State == store.Gap {
+			if e.RecoveredAs == 0 {
+				idx, err := eventIndex(e.OperationID)
+				if err != nil {
+					return nil, err
+				}
+				if !applied[idx] {
+					p.n.redelivered.Add(1)
+					p.jobs <- idx
+				}
+			}
+			continue
+		}
+		var o op
+		if err := json.Unmarshal(e.Payload, &o); err != nil {
+			return nil, fmt.Errorf("entry %d: %w", e.Number, err)
+		}
+		if e.RecoveredFrom != 0 {
+			p.n.recovered.Add(1)
+		}
+		if applied[o.Event] {
+			p.n.duplicates.Add(1)
+			continue
+		}
+		applied[o.Event] = true
+		model.apply(o)
+		if p.n.applied.Add(1) == int64(len(p.events)) {
+			return model, nil
+		}
+	}
+	return nil, ctx.Err()
+}
+
+func eventIndex(opID string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimPrefix(opID, "ev-"))
+	if err != nil {
+		return 0, fmt.Errorf("operation id %q: %w", opID, err)
+	}
+	return n, nil
+}
+
+// progress prints a progress line every c.progress until stopped.
+func (p *pipeline) progress(start time.Time) (stop func()) {
+	if p.c.progress <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(p.c.progress)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			st, err := p.st.Stats(context.Background(), p.stream)
+			if err != nil {
+				continue
+			}
+			applied := p.n.applied.Load()
+			fmt.Fprintf(os.Stderr, "%6.1fs  applied %d/%d  watermark %d  in flight %d  stalled %d  crashed %d  recovered %d  redelivered %d  %.0f events/s\n",
+				time.Since(start).Seconds(), applied, len(p.events), st.Watermark, st.Unresolved,
+				p.n.stalled.Load(), p.n.crashed.Load()+p.n.partial.Load()+p.n.retried.Load(),
+				p.n.recovered.Load(), p.n.redelivered.Load(), float64(applied)/time.Since(start).Seconds())
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
