@@ -480,6 +480,26 @@ func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, erro
 	return stats, nil
 }
 
+// Streams implements the storage contract's Streams.
+func (s *Store) Streams(ctx context.Context, after string, limit int) ([]string, error) {
+	limit, err := store.ListLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
+	var names []string
+	s.streams.Range(func(k, _ any) bool {
+		if name := k.(string); name > after {
+			names = append(names, name)
+		}
+		return true
+	})
+	slices.Sort(names)
+	return names[:min(len(names), limit)], nil
+}
+
 // Now returns the store's clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {

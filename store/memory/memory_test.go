@@ -18,3 +18,9 @@ func TestMain(m *testing.M) {
 func TestConformanceMemory(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Store { return memory.New(nil) })
 }
+
+var _ storetest.NamedLeaseStore = (*memory.Store)(nil)
+
+func TestNamedLeaseConformanceMemory(t *testing.T) {
+	storetest.RunNamedLeases(t, func(t *testing.T) storetest.NamedLeaseStore { return memory.New(nil) })
+}

@@ -451,6 +451,23 @@ func (s *Store) Stats(ctx context.Context, stream string) (store.StreamStats, er
 	return st, nil
 }
 
+// Streams implements the storage contract's Streams.
+func (s *Store) Streams(ctx context.Context, after string, limit int) ([]string, error) {
+	limit, err := store.ListLimit(limit)
+	if err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
+	rows, err := s.db.Query(ctx, s.q.streams, after, limit)
+	if err != nil {
+		return nil, interpretError("streams", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, interpretError("streams", err)
+	}
+	return names, nil
+}
+
 // Now returns the database's clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	var now time.Time

@@ -146,3 +146,15 @@ func TestCommitDecidedByStatementClock(t *testing.T) {
 	_, err = txStore.Commit(ctx, "s", 1, leased[0].Token, nil)
 	require.ErrorIs(t, err, store.ErrExpired, "now() of the transaction (%v) predates the expiry, but the statement clock decides", txStart)
 }
+
+var _ storetest.NamedLeaseStore = (*postgres.Store)(nil)
+
+func TestNamedLeaseConformancePostgres(t *testing.T) {
+	storetest.RunNamedLeases(t, func(t *testing.T) storetest.NamedLeaseStore { return newStore(t, false) })
+}
+
+// TestNamedLeaseConformancePostgresSimpleProtocol runs the named-lease suite
+// in pgx's simple protocol mode, the one PgBouncer's transaction pooling needs.
+func TestNamedLeaseConformancePostgresSimpleProtocol(t *testing.T) {
+	storetest.RunNamedLeases(t, func(t *testing.T) storetest.NamedLeaseStore { return newStore(t, true) })
+}

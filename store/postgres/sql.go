@@ -15,7 +15,7 @@ type queries struct {
 	snapshot, readResolved, lowPoint, listen       string
 	listGaps, listGapHistory, countGaps, fillGap   string
 	fillProbe, trim, recoverExpired                string
-	resolveExpiredBatch                            string
+	resolveExpiredBatch, streams                   string
 }
 
 // entryColumns is the column list scanEntry reads.
@@ -202,6 +202,8 @@ ORDER BY number LIMIT $3`,
 
 		lowPoint: `SELECT low_point FROM {s}.streams WHERE name = $1`,
 
+		streams: `SELECT name FROM {s}.streams WHERE name > $1 ORDER BY name LIMIT $2`,
+
 		listen: `LISTEN ` + s,
 
 		listGaps:       listGapsSQL, // gap.go and trim.go
@@ -214,7 +216,7 @@ ORDER BY number LIMIT $3`,
 	for _, p := range []*string{&q.lease, &q.commit, &q.release, &q.extend, &q.resolveExpired,
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
-		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch} {
+		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

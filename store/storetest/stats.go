@@ -64,3 +64,23 @@ func testStats(t *testing.T, newStore func(t *testing.T) Store) {
 		require.Equal(t, int64(2), b.stats(s).NextNumber)
 	})
 }
+
+func testStreams(t *testing.T, newStore func(t *testing.T) Store) {
+	t.Run("lists stream names in byte order", func(t *testing.T) {
+		b := setup(t, newStore)
+		names, err := b.s.Streams(b.ctx, "", 0)
+		require.NoError(t, err)
+		require.Empty(t, names)
+		for _, s := range []string{"b", "a", "B", "é", "a-1"} {
+			b.lease1(s, 0, time.Minute)
+		}
+		names, err = b.s.Streams(b.ctx, "", 0)
+		require.NoError(t, err)
+		require.Equal(t, []string{"B", "a", "a-1", "b", "é"}, names)
+		names, err = b.s.Streams(b.ctx, "a", 2)
+		require.NoError(t, err)
+		require.Equal(t, []string{"a-1", "b"}, names)
+		_, err = b.s.Streams(b.ctx, "", -1)
+		require.ErrorIs(t, err, store.ErrInvalidCount)
+	})
+}

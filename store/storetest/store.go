@@ -71,6 +71,10 @@ type Store interface {
 	// ErrStreamNotFound for an unknown stream.
 	Stats(ctx context.Context, stream string) (store.StreamStats, error)
 
+	// Streams lists stream names greater than after, in byte order, at
+	// most limit of them (0: store.DefaultListLimit).
+	Streams(ctx context.Context, after string, limit int) ([]string, error)
+
 	// Now returns the backend's clock.
 	Now(ctx context.Context) (time.Time, error)
 

@@ -31,6 +31,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"ListExpired", testListExpired},
 		{"Read", testRead},
 		{"Stats", testStats},
+		{"Streams", testStreams},
 		{"BadInput", testBadInput},
 		{"Concurrency", testConcurrency},
 		{"Gaps", testGaps},
