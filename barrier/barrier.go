@@ -74,6 +74,7 @@ type Barrier struct {
 	lifeMu  sync.Mutex
 	started bool
 	stopped bool
+	ctx     context.Context // Start's, until Stop
 	cancel  context.CancelCauseFunc
 	wg      sync.WaitGroup
 }
@@ -122,6 +123,7 @@ func (b *Barrier) Start(ctx context.Context) error {
 	}
 	b.started = true
 	ctx, b.cancel = context.WithCancelCause(ctx)
+	b.ctx = ctx
 	b.wg.Go(func() {
 		err := b.src.Watch(ctx, sink{b})
 		if err != nil && context.Cause(ctx) != ErrStopped && ctx.Err() == nil {
@@ -153,27 +155,35 @@ func (s sink) Resolved(stream string, number int64) { s.b.Resolved(stream, numbe
 
 func (s sink) Reset() {
 	s.b.gen.Add(1)
+	s.b.kick()
+}
+
+// kick has the refresher re-read the snapshots of streams with waiters.
+func (b *Barrier) kick() {
 	select {
-	case s.b.resets <- struct{}{}:
+	case b.resets <- struct{}{}:
 	default: // a refresh is already due
 	}
 }
 
-// refresher re-reads the snapshots of streams with waiters after a reset and
-// on every poll tick.
+// refresher re-reads the snapshots of streams with waiters: on every poll
+// tick all of them, when kicked those that need it (stale after a reset, or
+// at the end of a cut snapshot).
 func (b *Barrier) refresher(ctx context.Context) {
 	tick := time.NewTicker(b.pollInterval)
 	defer tick.Stop()
 	for {
+		all := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.resets:
 		case <-tick.C:
+			all = true
 		}
 		b.streams.Range(func(k, v any) bool {
 			st := v.(*stream)
-			if st.hasWaiters() {
+			if st.needsRead(all, b.gen.Load()) {
 				qctx, cancel := context.WithTimeout(ctx, b.queryTimeout)
 				b.refresh(qctx, k.(string), st)
 				cancel()
@@ -192,7 +202,9 @@ func (b *Barrier) Resolved(name string, number int64) {
 	if !ok {
 		return // nobody asked about this stream: a later snapshot covers it
 	}
-	v.(*stream).resolved(number)
+	if v.(*stream).resolved(number) {
+		b.kick() // W reached the end of a cut snapshot: read on
+	}
 }
 
 // WaitFor blocks until every number of stream below n is resolved (W >= n-1),
@@ -245,6 +257,8 @@ func (b *Barrier) running() error {
 		return ErrStopped
 	case !b.started:
 		return ErrNotStarted
+	case b.ctx.Err() != nil: // Start's context ended: nothing listens any more
+		return ErrStopped
 	}
 	return nil
 }
@@ -273,7 +287,9 @@ func (b *Barrier) stream(name string) *stream {
 }
 
 // refresh reads a snapshot of stream and merges it. Concurrent refreshes of
-// one stream coalesce: while one runs, others ask it to run once more.
+// one stream coalesce: while one runs, others ask it to run once more. If it
+// fails (its ctx may be a caller's that gave up), the refresher serves those
+// others.
 func (b *Barrier) refresh(ctx context.Context, name string, st *stream) error {
 	if !st.beginLoad() {
 		return nil
@@ -282,13 +298,18 @@ func (b *Barrier) refresh(ctx context.Context, name string, st *stream) error {
 		gen := b.gen.Load()
 		snap, err := b.src.Snapshot(ctx, name, b.limit)
 		if err != nil {
-			st.endLoad()
+			if st.endLoad() {
+				// Others asked for this load meanwhile, or waiters need it:
+				// ours failed (perhaps only because our caller gave up), so
+				// have the refresher read for them now, not at the next poll.
+				b.kick()
+			}
 			if ctx.Err() == nil {
 				b.logger.Warn("barrier: snapshot failed", slog.String("stream", name), slog.Any("error", err))
 			}
 			return fmt.Errorf("barrier: snapshot of %s: %w", name, err)
 		}
-		if !st.apply(snap, gen) {
+		if !st.apply(snap, gen, b.limit) {
 			return nil
 		}
 	}
@@ -301,6 +322,7 @@ type stream struct {
 	known      int64              // highest number the last snapshot described
 	unresolved map[int64]struct{} // in (w, known]: leased at the last snapshot
 	heard      map[int64]struct{} // above w: reported resolved
+	cut        bool               // the last snapshot was cut at the limit: above known may be resolved unheard
 	gen        uint64             // reset generation of the last snapshot; 0: none
 	waiters    waiterHeap
 	loading    bool // a snapshot is being read
@@ -323,34 +345,49 @@ func (st *stream) isStale(gen uint64) bool {
 	return st.gen < gen
 }
 
-func (st *stream) hasWaiters() bool {
+// needsRead reports whether the refresher should read a snapshot: for a
+// stream with waiters, always (all) or if it is stale or starved.
+func (st *stream) needsRead(all bool, gen uint64) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return len(st.waiters) > 0
+	return len(st.waiters) > 0 && (all || st.gen < gen || st.starvedLocked())
 }
 
-// resolved records a reported resolution and wakes whom it concerns.
-func (st *stream) resolved(n int64) {
+// starvedLocked reports waiters that only a new snapshot can serve: W reached
+// the end of a snapshot that was cut at the limit, and numbers above it may
+// have resolved before that snapshot, so they will never be heard of.
+// st.mu must be held.
+func (st *stream) starvedLocked() bool {
+	return st.cut && st.w >= st.known && len(st.waiters) > 0
+}
+
+// resolved records a reported resolution and wakes whom it concerns. It
+// reports whether the stream is now starved (starvedLocked).
+func (st *stream) resolved(n int64) (starved bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if n <= st.w {
-		return
+		return false
 	}
 	st.heard[n] = struct{}{}
 	if n == st.w+1 {
 		st.advance()
+		return st.starvedLocked()
 	}
+	return false
 }
 
-// apply merges a snapshot read at reset generation gen. It reports whether
-// another snapshot was asked for while this one was read; if not, the load
-// is over.
-func (st *stream) apply(snap store.Snapshot, gen uint64) (again bool) {
+// apply merges a snapshot read at reset generation gen with at most limit
+// unresolved numbers. It reports whether another snapshot is needed: one was
+// asked for while this one was read, or the stream is starved; if not, the
+// load is over.
+func (st *stream) apply(snap store.Snapshot, gen uint64, limit int) (again bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.gen = max(st.gen, gen)
 	if snap.Known >= st.known || st.w >= st.known {
 		st.known = snap.Known
+		st.cut = len(snap.Unresolved) >= limit
 		clear(st.unresolved)
 		for _, n := range snap.Unresolved {
 			if _, ok := st.heard[n]; !ok && n > st.w {
@@ -367,7 +404,7 @@ func (st *stream) apply(snap store.Snapshot, gen uint64) (again bool) {
 		st.w = snap.Watermark
 	}
 	st.advance()
-	again = st.again
+	again = st.again || st.starvedLocked()
 	st.again = false
 	st.loading = again
 	return again
@@ -405,10 +442,14 @@ func (st *stream) beginLoad() bool {
 	return true
 }
 
-func (st *stream) endLoad() {
+// endLoad ends a load that failed; it reports whether another load is
+// needed: one was asked for meanwhile, or the stream is starved.
+func (st *stream) endLoad() (again bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	again = st.again || st.starvedLocked()
 	st.loading, st.again = false, false
+	return again
 }
 
 // enqueue registers a waiter for w >= target. The waiter's channel is

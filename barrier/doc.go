@@ -27,8 +27,10 @@
 // Missing a notification can therefore only make W lag, never run ahead. To
 // bound the lag the barrier re-reads a snapshot whenever the backend says it
 // may have missed something (Sink.Reset, after a reconnect), when a waiter
-// arrives on a stream whose snapshot predates the last reset, and on a slow
-// safety poll (Config.PollInterval) for streams that have waiters. W never
+// arrives on a stream whose snapshot predates the last reset, when the
+// watermark reaches the end of a snapshot that was cut at
+// Config.SnapshotLimit, and on a slow safety poll (Config.PollInterval) for
+// streams that have waiters. W never
 // goes back: a snapshot older than what the barrier heard is merged, not
 // trusted blindly.
 //

@@ -104,7 +104,9 @@ type Config struct {
 	// Logger receives the loop's diagnostics. Default: discard.
 	Logger *slog.Logger
 	// Observer is told what every cycle and every entry came to (the
-	// metrics package provides one). Optional.
+	// metrics package provides one). If it also implements StepObserver or
+	// Tracer, it is told each recovery step, and follows cycles and
+	// recoveries as they run. Optional.
 	Observer Observer
 }
 
@@ -310,11 +312,13 @@ func (sv *Service) RunOnce(ctx context.Context) (CycleResult, error) {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	start := time.Now()
+	ctx, end := sv.startCycle(ctx)
 	c := &cycle{sv: sv, res: CycleResult{Resolved: map[string]int{}}, leads: map[string]Leadership{}, blocked: map[string]bool{}}
 	err := c.run(ctx)
 	c.releaseAll()
 	c.res.Duration = time.Since(start)
 	sv.lastLatency = c.res.Duration
+	end(c.res, err)
 	if sv.observer != nil {
 		sv.observer.Cycle(c.res, err)
 	}
@@ -399,7 +403,7 @@ func (c *cycle) handle(ctx context.Context, page []store.Entry, seenAt time.Time
 		if c.blocked[e.Stream] {
 			continue // they failed: keep the order
 		}
-		r, err := p.Run(ctx, e, nil)
+		r, err := sv.runPipeline(ctx, p, e)
 		c.handled(e, seenAt, r, err)
 	}
 	c.gap(ctx, &gaps, seenAt)
@@ -420,15 +424,19 @@ func (c *cycle) gap(ctx context.Context, run *[]store.Entry, seenAt time.Time) {
 	for i, e := range es {
 		numbers[i] = e.Number
 	}
+	spans := c.sv.startBatch(ctx, es)
 	qctx, cancel := context.WithTimeout(ctx, c.sv.qTimeout)
 	_, err := c.sv.store.ResolveExpiredBatch(qctx, es[0].Stream, numbers, nil)
 	cancel()
-	for _, e := range es {
+	for i, e := range es {
 		if err != nil {
+			spans.end(i, e, recovery.Result{}, err)
 			c.handled(e, seenAt, recovery.Result{}, fmt.Errorf("%w: %s/%d: gap: %w", recovery.ErrUnrecovered, e.Stream, e.Number, err))
 			continue
 		}
-		c.handled(e, seenAt, recovery.Result{Recovered: true, Method: recovery.MethodGap, Reason: store.ReasonExpired}, nil)
+		r := recovery.Result{Recovered: true, Method: recovery.MethodGap, Reason: store.ReasonExpired}
+		spans.end(i, e, r, nil)
+		c.handled(e, seenAt, r, nil)
 	}
 }
 

@@ -37,6 +37,15 @@
 // leases granted during the overload do not expire in it too. The mode ends,
 // and the boost with it, when a scan comes up short: the backlog drained.
 //
+// # Observing
+//
+// Config.Observer is told what each entry and each cycle came to, when
+// cascade mode starts and ends, and which hooks failed. An Observer that
+// also implements StepObserver is told every recovery step tried (feed a
+// recovery.RateFilter from it), and one that implements Tracer follows each
+// cycle and each recovery with the context it runs under (spans). The
+// metrics package's CleanupObserver implements all three.
+//
 // # Lifecycle
 //
 // Start runs the loop in the background and returns; Stop cancels it and

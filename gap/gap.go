@@ -102,6 +102,15 @@ type Config struct {
 	// the Leaser's (sequence.Config.MaxPayload) so a filled entry is no
 	// larger than a committed one could be. Default: DefaultMaxPayload.
 	MaxPayload int
+	// Observer is told of every gap filled (the metrics package provides
+	// one). Optional.
+	Observer Observer
+}
+
+// Observer is told of gaps filled, for metrics. Its method must not block.
+type Observer interface {
+	// Filled reports that g was filled (g as it was before the fill).
+	Filled(ctx context.Context, g Gap)
 }
 
 // Gaps finds, counts and fills the gaps of streams. It is safe for
@@ -109,6 +118,7 @@ type Config struct {
 type Gaps struct {
 	store      Store
 	maxPayload int
+	observer   Observer
 }
 
 // New returns Gaps on s. It returns an error naming the field when cfg is
@@ -119,6 +129,7 @@ func New(s Store, cfg *Config) (*Gaps, error) {
 	}
 	g := &Gaps{store: s, maxPayload: DefaultMaxPayload}
 	if cfg != nil {
+		g.observer = cfg.Observer
 		switch {
 		case cfg.MaxPayload < 0:
 			return nil, fmt.Errorf("gap: Config.MaxPayload %d must not be negative", cfg.MaxPayload)
@@ -275,6 +286,9 @@ func (x *Gaps) Fill(ctx context.Context, stream string, number int64, payload []
 	// still holds; the store's conditional write settles races between fills.
 	if err := x.store.FillGap(ctx, stream, number, p); err != nil {
 		return fmt.Errorf("gap: %s/%d: %w", stream, number, err)
+	}
+	if x.observer != nil {
+		x.observer.Filled(ctx, g)
 	}
 	return nil
 }

@@ -64,17 +64,24 @@ func (q *leaseQueue) lease(ctx context.Context, l *Leaser, stream string, reqs [
 	case <-call.done:
 	case <-ctx.Done():
 		q.mu.Lock()
-		if i := slices.Index(q.waiting, call); i >= 0 && !isClosed(call.lead) {
+		if isClosed(call.done) {
+			// The batch completed before we looked: its leader did not
+			// know we gave up, so the entries are ours to take.
+			q.mu.Unlock()
+			return call.entries, call.err
+		}
+		led := isClosed(call.lead)
+		if i := slices.Index(q.waiting, call); i >= 0 && !led {
 			q.waiting = slices.Delete(q.waiting, i, i+1)
 			q.mu.Unlock()
 			return nil, ctx.Err()
 		}
-		call.abandoned = true // in flight, or just handed the lead
+		// In flight in another caller's batch, whose leader releases what
+		// it leases for us; or just handed the lead.
+		call.abandoned = true
 		q.mu.Unlock()
-		select {
-		case <-call.lead:
+		if led {
 			q.runBatch(ctx, l, stream) // the lead must be taken, or the queue stalls
-		case <-call.done:
 		}
 		return nil, ctx.Err()
 	}

@@ -37,6 +37,8 @@ type commitItem struct {
 	fn      any
 	done    chan struct{} // closed when err is set
 	err     error
+	ctx     context.Context // the caller's, for Observer.CommitReady
+	parked  time.Time       // when the caller began to wait
 }
 
 func (l *Leaser) committer(stream string) *committer {
@@ -48,7 +50,7 @@ func (l *Leaser) committer(stream string) *committer {
 }
 
 // commitOrdered waits for every earlier number to resolve, then commits x.
-func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) error {
+func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err error) {
 	l := x.leaser
 	if l.barrier == nil {
 		return ErrNoBarrier
@@ -62,9 +64,12 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) error
 	case errors.Is(err, ErrReleased):
 		return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
 	}
+	ctx, end := l.observer.StartCommit(ctx, x.stream, x.kind, x.number, true)
+	defer func() { end(err) }()
+	parked := l.now()
 	c := l.committer(x.stream)
 	for {
-		it := &commitItem{lease: x, payload: payload, fn: fn, done: make(chan struct{})}
+		it := &commitItem{lease: x, payload: payload, fn: fn, done: make(chan struct{}), ctx: ctx, parked: parked}
 		c.mu.Lock()
 		if _, dup := c.parked[x.number]; dup {
 			c.mu.Unlock()
@@ -144,10 +149,13 @@ func (c *committer) lead(ctx context.Context, l *Leaser, it *commitItem) {
 	if group == nil {
 		return // another leader has it
 	}
+	l.commitReady(group)
 	if l.groupDelay > 0 && len(group) < l.maxGroup {
 		t := time.NewTimer(l.groupDelay)
 		<-t.C
-		group = append(group, c.takeAfter(group[len(group)-1].lease.number, l.maxGroup-len(group))...)
+		more := c.takeAfter(group[len(group)-1].lease.number, l.maxGroup-len(group))
+		l.commitReady(more)
+		group = append(group, more...)
 	}
 	x := it.lease
 	items := make([]store.CommitItem, len(group))
@@ -165,8 +173,8 @@ func (c *committer) lead(ctx context.Context, l *Leaser, it *commitItem) {
 			g.err = fmt.Errorf("sequence: commit %s/%d: %w", x.stream, g.lease.number, err)
 		case results[i].Err == nil:
 			g.lease.resolved(ErrCommitted)
-		case errors.Is(results[i].Err, store.ErrNotReady):
-			g.err = errRequeue // an earlier item failed: wait again
+		case errors.Is(results[i].Err, store.ErrNotReady) && i > 0:
+			g.err = errRequeue // an earlier item of the group failed: wait again
 		default:
 			g.err = fmt.Errorf("sequence: %s/%d: %w", x.stream, g.lease.number, results[i].Err)
 		}

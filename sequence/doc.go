@@ -27,6 +27,13 @@
 // so the holder believes its lease over a little before the database does,
 // never after. A holder whose wall clock is wrong is therefore still safe.
 //
+// # Observing
+//
+// Config.Observer is told of every lease, commit (with its wait for earlier
+// numbers), release and extension, and may carry a span through each call's
+// context; metrics.Metrics.Leaser provides one. Without it the Leaser
+// records nothing.
+//
 // # Errors
 //
 // Every error is errors.Is-able against the sentinels re-exported here (the

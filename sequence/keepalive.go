@@ -74,10 +74,13 @@ func (x *Lease) KeepAlive(opts *KeepAliveOpts) error {
 	jitter := cmp.Or(opts.MaxJitter, min(DefaultMaxJitter, ttl/10))
 	margin := cmp.Or(opts.Margin, min(DefaultMaxMargin, ttl/10))
 
+	if err := x.Err(); err != nil {
+		return err
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.keepAlive != nil || x.Err() != nil {
-		return x.Err()
+	if x.keepAlive != nil || x.over() != nil {
+		return x.over()
 	}
 	x.armLocked()
 	ctx, cancel := context.WithCancel(context.Background())

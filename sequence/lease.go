@@ -112,6 +112,21 @@ func (x *Lease) Context() context.Context {
 // ErrCommitted, ErrReleased, ErrExpired (the local deadline passed) or ErrLost
 // (the keep-alive failed to renew in time; its last error is wrapped).
 func (x *Lease) Err() error {
+	if err := x.over(); err != nil {
+		return err
+	}
+	if x.Remaining() > 0 {
+		return nil
+	}
+	// The deadline passed, and no timer may be armed to notice (Done and
+	// Context arm it): end the lease now, so Err, Done and Context agree.
+	x.end(ErrExpired)
+	return x.over()
+}
+
+// over returns why the lease is over, nil while Done is open. It takes no
+// lock.
+func (x *Lease) over() error {
 	select {
 	case <-x.lost:
 		return x.cause
@@ -223,7 +238,9 @@ func (x *Lease) Complete(ctx context.Context, payload []byte) error {
 	if err := x.checkPayload(payload); err != nil {
 		return err
 	}
+	ctx, end := x.leaser.observer.StartCommit(ctx, x.stream, x.kind, x.number, false)
 	_, err := x.leaser.store.Commit(ctx, x.stream, x.number, x.token, &store.CommitParams{Payload: payload})
+	end(err)
 	if err != nil {
 		return fmt.Errorf("sequence: %s/%d: %w", x.stream, x.number, err)
 	}
@@ -251,7 +268,9 @@ func (x *Lease) resolved(cause error) {
 // later numbers no longer wait for it. Releasing twice is not an error;
 // releasing a committed number is (ErrCommitted).
 func (x *Lease) Release(ctx context.Context) error {
-	if err := x.leaser.store.Release(ctx, x.stream, x.number, x.token, nil); err != nil {
+	err := x.leaser.store.Release(ctx, x.stream, x.number, x.token, nil)
+	x.leaser.observer.Released(ctx, x.stream, x.kind, err)
+	if err != nil {
 		return fmt.Errorf("sequence: %s/%d: %w", x.stream, x.number, err)
 	}
 	x.resolved(ErrReleased)
@@ -268,6 +287,7 @@ func (x *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	start := x.leaser.now()
 	now, expiresAt, err := x.leaser.store.Extend(ctx, x.stream, x.number, x.token, &store.ExtendParams{TTL: ttl})
+	x.leaser.observer.Extended(ctx, x.stream, x.kind, err)
 	if err != nil {
 		return fmt.Errorf("sequence: %s/%d: %w", x.stream, x.number, err)
 	}

@@ -83,6 +83,9 @@ type Config struct {
 	// Now is the local clock for the holder's own deadline estimates; it
 	// must carry a monotonic reading. Default: time.Now.
 	Now func() time.Time
+	// Observer is told what the Leaser does, for metrics and traces
+	// (metrics.Metrics.Leaser provides one). Optional.
+	Observer Observer
 }
 
 // Leaser hands out numbers of streams under leases. It is safe for concurrent
@@ -99,6 +102,7 @@ type Leaser struct {
 	maxLeaseBatch int
 	writeTimeout  time.Duration
 	now           func() time.Time
+	observer      Observer
 
 	leaseQueues sync.Map     // stream -> *leaseQueue
 	committers  sync.Map     // stream -> *committer
@@ -126,6 +130,7 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		maxLeaseBatch: cmp.Or(cfg.MaxLeaseBatch, DefaultMaxLeaseBatch),
 		writeTimeout:  cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
 		now:           cfg.Now,
+		observer:      cfg.Observer,
 	}
 	switch {
 	case l.maxTTL < 0 || l.maxTTL > store.MaxTTL:
@@ -152,6 +157,9 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 	}
 	if l.now == nil {
 		l.now = time.Now
+	}
+	if l.observer == nil {
+		l.observer = nopObserver{}
 	}
 	return l, nil
 }
@@ -203,6 +211,7 @@ func (l *Leaser) LeaseN(ctx context.Context, stream string, n int, opts *LeaseOp
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sequence: lease: %w", err)
 	}
+	ctx, end := l.observer.StartLease(ctx, stream, opts.Kind, n)
 	start := l.now()
 	var entries []store.Entry
 	var err error
@@ -212,8 +221,10 @@ func (l *Leaser) LeaseN(ctx context.Context, stream string, n int, opts *LeaseOp
 		entries, err = l.leaseQueue(stream).lease(ctx, l, stream, reqs)
 	}
 	if err != nil {
+		end(0, err)
 		return nil, fmt.Errorf("sequence: %w", err)
 	}
+	end(entries[0].Number, nil)
 	out := make([]*Lease, len(entries))
 	for i := range entries {
 		out[i] = l.handle(&entries[i], start)

@@ -14,6 +14,7 @@
 //
 //	go run ./examples/projection                      # in memory
 //	go run ./examples/projection -dsn postgres://...  # on PostgreSQL
+//	go run ./examples/projection -metrics :9464       # and serve /metrics
 //
 // Run with -h for the knobs.
 package main
@@ -35,6 +36,8 @@ type config struct {
 	partial, retry            float64
 	dsn, schema               string
 	progress                  time.Duration
+	metricsAddr               string
+	telemetry                 *telemetry // set when metricsAddr is; nil: no metrics
 }
 
 func main() {
@@ -52,7 +55,23 @@ func main() {
 	flag.StringVar(&c.dsn, "dsn", "", "PostgreSQL URL; empty runs on the in-memory backend")
 	flag.StringVar(&c.schema, "schema", "seqlease_demo", "PostgreSQL schema (migrated on start)")
 	flag.DurationVar(&c.progress, "progress", time.Second, "interval of the progress line (0: none)")
+	flag.StringVar(&c.metricsAddr, "metrics", "", "serve Prometheus metrics on this address while it runs, e.g. :9464 (empty: off)")
 	flag.Parse()
+
+	if c.metricsAddr != "" {
+		tm, err := newTelemetry()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "projection:", err)
+			os.Exit(1)
+		}
+		stop, err := tm.serve(c.metricsAddr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "projection:", err)
+			os.Exit(1)
+		}
+		defer stop()
+		c.telemetry = tm
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

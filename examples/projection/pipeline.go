@@ -17,6 +17,8 @@ import (
 
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/cleanup"
+	"github.com/seqlease/seqlease/gap"
+	"github.com/seqlease/seqlease/metrics"
 	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/sequence"
@@ -30,6 +32,7 @@ type backend interface {
 	sequence.Store
 	barrier.Source
 	cleanup.Store
+	gap.Store
 	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
 	Stats(ctx context.Context, stream string) (store.StreamStats, error)
 }
@@ -97,7 +100,17 @@ func run(ctx context.Context, c config) (*report, error) {
 		return nil, err
 	}
 	defer p.barrier.Stop()
-	if p.leaser, err = sequence.New(st, &sequence.Config{Barrier: p.barrier, DefaultTTL: c.ttl, Owner: "projection-demo"}); err != nil {
+	var leaserObs sequence.Observer
+	var cleanupObs cleanup.Observer
+	if c.telemetry != nil {
+		m, err := p.instrument(c.telemetry)
+		if err != nil {
+			return nil, err
+		}
+		c.telemetry.onClose(m.Close)
+		leaserObs, cleanupObs = m.Leaser(), m.Cleanup()
+	}
+	if p.leaser, err = sequence.New(st, &sequence.Config{Barrier: p.barrier, DefaultTTL: c.ttl, Owner: "projection-demo", Observer: leaserObs}); err != nil {
 		return nil, err
 	}
 	cl, err := cleanup.New(st, &cleanup.Config{
@@ -106,6 +119,7 @@ func run(ctx context.Context, c config) (*report, error) {
 		OperationTracker: recovery.OperationTrackerFunc(p.results.lookup),
 		Booster:          p.leaser,
 		Owner:            "projection-cleanup",
+		Observer:         cleanupObs,
 	})
 	if err != nil {
 		return nil, err
@@ -290,4 +304,32 @@ func (p *pipeline) progress(start time.Time) (stop func()) {
 		}
 	})
 	return func() { close(done); wg.Wait() }
+}
+
+// instrument builds the pipeline's metrics on tm's provider, with the
+// barrier's watermarks, the gap count and the alert evaluator; alerts are
+// printed as they fire and resolve.
+func (p *pipeline) instrument(tm *telemetry) (*metrics.Metrics, error) {
+	gaps, err := gap.New(p.st, nil)
+	if err != nil {
+		return nil, err
+	}
+	alerts, err := metrics.NewEvaluator(&metrics.EvaluatorConfig{
+		Sink: func(a metrics.Alert) {
+			state := "resolved"
+			if a.Firing {
+				state = "FIRING"
+			}
+			fmt.Fprintf(os.Stderr, "alert %s %s (%s): %s\n", a.Name, state, a.Level, a.Message)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return metrics.New(&metrics.Config{
+		MeterProvider: tm.provider,
+		Watermarks:    p.barrier,
+		Gaps:          gaps,
+		Alerts:        alerts,
+	})
 }

@@ -12,18 +12,17 @@ import (
 
 // report is what the run came to.
 type report struct {
-	backend             string
-	events, workers     int
-	elapsed             time.Duration
-	n                   *counters
-	numbers             int
-	committed           int
-	recoveredBy         map[string]int
-	gapsBy              map[string]int
-	recoveryTimes       []time.Duration
-	matches             bool
-	invariants          []string
-	readerWentBackwards bool
+	backend         string
+	events, workers int
+	elapsed         time.Duration
+	n               *counters
+	numbers         int
+	committed       int
+	recoveredBy     map[string]int
+	gapsBy          map[string]int
+	recoveryTimes   []time.Duration
+	matches         bool
+	invariants      []string
 }
 
 // check waits for every number to resolve, then audits the ledger and

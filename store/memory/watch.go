@@ -116,9 +116,12 @@ func (s *Store) ReadResolved(ctx context.Context, name string, after int64, limi
 // Watch delivers every resolution to sink until ctx ends, synchronously from
 // the resolving call. It calls sink.Reset once, after registering.
 func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
+	// Registered by a pointer of its own: this Watch finds exactly its
+	// registration again, and a sink need not be comparable.
+	reg := store.Sink(&registration{sink})
 	s.watchMu.Lock()
 	sinks := s.loadSinks()
-	s.sinks.Store(ptr(append(slices.Clone(sinks), sink)))
+	s.sinks.Store(ptr(append(slices.Clone(sinks), reg)))
 	s.watchMu.Unlock()
 	sink.Reset()
 
@@ -126,13 +129,16 @@ func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
 
 	s.watchMu.Lock()
 	sinks = slices.Clone(s.loadSinks())
-	if i := slices.Index(sinks, sink); i >= 0 {
+	if i := slices.Index(sinks, reg); i >= 0 {
 		sinks = slices.Delete(sinks, i, i+1)
 	}
 	s.sinks.Store(&sinks)
 	s.watchMu.Unlock()
 	return ctx.Err()
 }
+
+// registration is one Watch call's entry in the list of sinks.
+type registration struct{ store.Sink }
 
 func (s *Store) loadSinks() []store.Sink {
 	if p := s.sinks.Load(); p != nil {

@@ -35,6 +35,16 @@
 // refused write is explained by a second, read-only statement; the fast path
 // is one round trip.
 //
+// # Named leases
+//
+// Two more tables hold named leases (package lease): leases, one row per
+// name with its current or last holding and a fence that only grows, and
+// lease_history, the audit trail (namedlease.go). An acquire of a held name
+// is a plain read; a free one is decided by one pipelined batch that locks
+// the row and runs a conditional upsert. CheckFence guards a write in the
+// caller's transaction with the lease's fencing token. Ends of holdings are
+// announced on the schema's channel with the payload "l<TAB>name".
+//
 // # Errors
 //
 // Driver errors are mapped to the sentinels of package store in one place

@@ -32,9 +32,9 @@ import (
 
 // leaseQueries are the named-lease statements of one schema.
 type leaseQueries struct {
-	get, acquire, renew, release, forceRelease, cleanup        string
-	checkFence, checkFenceTx, listAll, listByOwner             string
-	historyAll, historyByName, trimHistory, announce, listenTo string
+	get, lockRow, acquire, renew, release, forceRelease, cleanup string
+	checkFence, checkFenceTx, listAll, listByOwner               string
+	historyAll, historyByName, trimHistory, announce, listenTo   string
 }
 
 // leaseSQL caches the statements per schema name.
@@ -56,42 +56,55 @@ func leaseQueriesFor(schema string) *leaseQueries {
 SELECT x.t, ` + leaseColumns + `
 FROM (SELECT ` + nowf(2) + ` AS t) x LEFT JOIN {s}.leases l ON l.name = $1`,
 
-		// The decision: insert the name's first holding, or replace the
-		// holding read just before ($6 its fence, $7 whether it had not
-		// ended) if it ended or expired. The compare on what was read makes
-		// a lost race fail instead of replacing a holding nobody looked at,
-		// and lets the statement record the replaced holding's expiry in
-		// the history ($8 its owner, $9 its expiry). The clock is read once
-		// (x) before any row lock: a reading taken early only makes the
-		// expiry test stricter. $10 turns the history on.
+		// The decision, sent only when a plain read found the name free: a
+		// pipelined batch, one round trip and one implicit transaction.
+		// lockRow locks the row, so the decide statement that follows sees
+		// it as its upsert will: old is the holding it replaces, recorded as
+		// expired if nobody had ended it. The upsert inserts the name's first
+		// holding, or replaces one that ended or expired. When it replaces,
+		// it compares the row it locked with old (the fence, and whether it
+		// had ended): a row that changed after the statement's snapshot (its
+		// first insert was not yet committed when lockRow ran, so nothing was
+		// locked) is left alone, and the caller reads again. The clock of the
+		// decision and of the new holding is read after the row lock (a
+		// reading taken before a lock wait could predate a release the
+		// upsert then sees). When the name turned out held (a lost race), the
+		// statement returns no grant and the holder it saw. $6 turns the
+		// history on.
+		lockRow: `SELECT 1 FROM {s}.leases WHERE name = $1 FOR UPDATE`,
 		acquire: `
 WITH x AS (SELECT ` + nowf(3) + ` AS t),
+old AS (SELECT owner, fence, expires_at, ended_at FROM {s}.leases WHERE name = $1),
 up AS (
 	INSERT INTO {s}.leases AS l (name, owner, fence, acquired_at, renewed_at, expires_at, renewals, max_renewals)
 	SELECT $1, $2, 1, x.t, x.t, x.t + $4::bigint * interval '1 microsecond', 0, $5 FROM x
 	ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, fence = l.fence + 1,
-		acquired_at = EXCLUDED.acquired_at, renewed_at = EXCLUDED.renewed_at,
-		expires_at = EXCLUDED.expires_at, renewals = 0, max_renewals = EXCLUDED.max_renewals,
-		ended_at = NULL, end_reason = NULL
-	WHERE l.fence = $6::bigint AND (l.ended_at IS NULL) = $7::boolean
-		AND (l.ended_at IS NOT NULL OR l.expires_at <= EXCLUDED.acquired_at)
+		(acquired_at, renewed_at, expires_at) = (SELECT y.t, y.t, y.t + $4::bigint * interval '1 microsecond'
+			FROM (SELECT ` + nowf(3) + ` AS t) y),
+		renewals = 0, max_renewals = EXCLUDED.max_renewals, ended_at = NULL, end_reason = NULL
+	WHERE l.fence = (SELECT fence FROM old) AND (l.ended_at IS NULL) = (SELECT ended_at IS NULL FROM old)
+		AND (l.ended_at IS NOT NULL OR l.expires_at <= ` + nowf(3) + `)
 	RETURNING l.fence, l.acquired_at, l.expires_at
 ), h AS (
 	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT $1, $8::text, $6::bigint, 'expired', $9::timestamptz, $9::timestamptz FROM up WHERE $10::boolean AND $7::boolean
+	SELECT $1, o.owner, o.fence, 'expired', o.expires_at, o.expires_at FROM up, old o
+	WHERE $6::boolean AND o.ended_at IS NULL
 	UNION ALL
-	SELECT $1, $2, up.fence, 'acquired', up.acquired_at, up.expires_at FROM up WHERE $10::boolean
+	SELECT $1, $2, up.fence, 'acquired', up.acquired_at, up.expires_at FROM up WHERE $6::boolean
 )
-SELECT fence, acquired_at, expires_at FROM up`,
+SELECT x.t, up.fence, up.acquired_at, up.expires_at, o.owner, o.fence, o.expires_at,
+	o.ended_at IS NULL AND o.expires_at > x.t
+FROM x LEFT JOIN up ON true LEFT JOIN old o ON true`,
 
 		// Fenced by the exact holding (name, fence, owner); the clock in the
 		// WHERE clause is read again after a row lock wait, and the new
-		// expiry is stamped from one reading.
+		// expiry is stamped from one reading, capped just below the old
+		// expiry: the WHERE clause saw the clock before it when it decided.
 		renew: `
 WITH u AS (
 	UPDATE {s}.leases
 	SET (renewed_at, expires_at) = (SELECT y.t, y.t + $5::bigint * interval '1 microsecond'
-		FROM (SELECT ` + nowf(4) + ` AS t) y),
+		FROM (SELECT LEAST(` + nowf(4) + `, expires_at - interval '1 microsecond') AS t) y),
 		renewals = renewals + 1
 	WHERE name = $1 AND fence = $2 AND owner = $3 AND ended_at IS NULL
 		AND expires_at > ` + nowf(4) + `
@@ -114,12 +127,12 @@ WITH u AS (
 )
 SELECT count(*) FROM u, LATERAL pg_notify($6, 'l' || chr(9) || $1) n`,
 
+		// The clock is read per row, after its lock.
 		forceRelease: `
-WITH x AS (SELECT ` + nowf(2) + ` AS t),
-u AS (
-	UPDATE {s}.leases l SET ended_at = x.t, end_reason = 'force-released' FROM x
-	WHERE l.owner = $1 AND l.ended_at IS NULL AND l.expires_at > x.t
-	RETURNING l.name, x.t AS now, ` + leaseColumns + `
+WITH u AS (
+	UPDATE {s}.leases l SET ended_at = ` + nowf(2) + `, end_reason = 'force-released'
+	WHERE l.owner = $1 AND l.ended_at IS NULL AND l.expires_at > ` + nowf(2) + `
+	RETURNING l.name, l.ended_at AS now, ` + leaseColumns + `
 ), h AS (
 	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
 	SELECT u.name, u.owner, u.fence, 'force-released', u.ended_at, u.expires_at FROM u WHERE $3::boolean
@@ -186,7 +199,7 @@ DELETE FROM {s}.lease_history h USING d WHERE h.id = d.id`,
 
 		listenTo: `LISTEN ` + s,
 	}
-	for _, p := range []*string{&q.get, &q.acquire, &q.renew, &q.release, &q.forceRelease, &q.cleanup,
+	for _, p := range []*string{&q.get, &q.lockRow, &q.acquire, &q.renew, &q.release, &q.forceRelease, &q.cleanup,
 		&q.checkFence, &q.checkFenceTx, &q.listAll, &q.listByOwner, &q.historyAll, &q.historyByName,
 		&q.trimHistory} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
@@ -234,39 +247,76 @@ func (s *Store) getLease(ctx context.Context, name string, now *time.Time) (stor
 
 // AcquireLease starts a new holding of name for owner if the name is free:
 // never acquired, or its last holding ended or expired. Otherwise it fails
-// with a *store.HeldError, having only read. The decision is one conditional
-// upsert; two racing acquirers cannot both win.
+// with a *store.HeldError, having only read: a plain SELECT finds the
+// holder. When the read finds the name free, one pipelined batch locks the
+// row and decides with a conditional upsert, so two racing acquirers cannot
+// both win, and the loser learns who won.
 func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, error) {
 	if err := store.ValidateAcquireLease(name, owner, p); err != nil {
 		return store.NamedLease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	for range maxAttempts {
-		cur, found, err := s.getLease(ctx, name, p.Now)
+		cur, _, err := s.getLease(ctx, name, p.Now)
 		if err != nil {
 			return store.NamedLease{}, interpretError("acquire lease", err)
 		}
 		if cur.Held() {
-			return store.NamedLease{}, fmt.Errorf("acquire lease: %w", &store.HeldError{
-				Name: name, Owner: cur.Owner, Fence: cur.Fence, ExpiresAt: cur.ExpiresAt, AsOf: cur.AsOf})
+			return store.NamedLease{}, fmt.Errorf("acquire lease: %w", heldError(cur))
 		}
-		unended := found && cur.EndedAt.IsZero()
-		var prevExpiry *time.Time
-		if unended {
-			prevExpiry = &cur.ExpiresAt
-		}
-		l := store.NamedLease{Name: name, Owner: owner, MaxRenewals: p.MaxRenewals}
-		err = s.db.QueryRow(ctx, s.lq().acquire, name, owner, p.Now, p.TTL.Microseconds(), p.MaxRenewals,
-			cur.Fence, unended, cur.Owner, prevExpiry, !p.NoHistory).Scan(&l.Fence, &l.AcquiredAt, &l.ExpiresAt)
+		l, held, err := s.decide(ctx, name, owner, p)
 		switch {
-		case err == nil:
-			l.RenewedAt, l.AsOf = l.AcquiredAt, l.AcquiredAt
-			return l, nil
-		case !errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
 			return store.NamedLease{}, interpretError("acquire lease", err)
+		case held != nil:
+			return store.NamedLease{}, fmt.Errorf("acquire lease: %w", held)
+		case l.Fence != 0:
+			return l, nil
 		}
-		// Lost a race: someone changed the row since it was read. Read again.
+		// Lost a race to a first holding inserted concurrently: read it.
 	}
 	return store.NamedLease{}, fmt.Errorf("acquire lease: %q kept changing under concurrent writers", name)
+}
+
+func heldError(cur store.NamedLease) *store.HeldError {
+	return &store.HeldError{Name: cur.Name, Owner: cur.Owner, Fence: cur.Fence, ExpiresAt: cur.ExpiresAt, AsOf: cur.AsOf}
+}
+
+// decide runs the lock and the conditional upsert in one batch. It returns
+// the grant, or the holder that won, or neither when the row changed after
+// the statement's snapshot (its first holding was being inserted
+// concurrently): the caller reads again.
+func (s *Store) decide(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, *store.HeldError, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.lq().lockRow, name)
+	b.Queue(s.lq().acquire, name, owner, p.Now, p.TTL.Microseconds(), p.MaxRenewals, !p.NoHistory)
+	br := s.db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return store.NamedLease{}, nil, err
+	}
+	var (
+		now               time.Time
+		fence             *int64
+		acquired, expires *time.Time
+		holder            *string
+		holderFence       *int64
+		holderExpires     *time.Time
+		holderLive        *bool
+	)
+	if err := br.QueryRow().Scan(&now, &fence, &acquired, &expires, &holder, &holderFence, &holderExpires, &holderLive); err != nil {
+		return store.NamedLease{}, nil, err
+	}
+	if err := br.Close(); err != nil {
+		return store.NamedLease{}, nil, err
+	}
+	switch {
+	case fence != nil:
+		return store.NamedLease{Name: name, Owner: owner, Fence: *fence, AcquiredAt: *acquired, RenewedAt: *acquired,
+			ExpiresAt: *expires, MaxRenewals: p.MaxRenewals, AsOf: *acquired}, nil, nil
+	case holderLive != nil && *holderLive:
+		return store.NamedLease{}, &store.HeldError{Name: name, Owner: *holder, Fence: *holderFence, ExpiresAt: *holderExpires, AsOf: now}, nil
+	}
+	return store.NamedLease{}, nil, nil
 }
 
 // RenewLease moves the expiry of a live holding to now + p.TTL and counts a
@@ -461,7 +511,7 @@ func (s *Store) CheckLeaseFence(ctx context.Context, name string, fence int64, p
 // for it.
 func CheckFence(ctx context.Context, tx pgx.Tx, schema, name string, fence int64) error {
 	if err := migrations.ValidateSchema(schema); err != nil {
-		return fmt.Errorf("check fence: %w", err)
+		return fmt.Errorf("check fence: %w: %w", store.ErrInvalidArgument, err)
 	}
 	return checkFence(ctx, tx, leaseQueriesFor(schema).checkFenceTx, name, fence)
 }

@@ -24,6 +24,12 @@
 // sequence against one store and one fixture, each checking that it changed
 // nothing.
 //
+// RunNamedLeases is the suite of named leases (package lease), against the
+// NamedLeaseStore interface, in the files namedlease*.go: acquire, renew,
+// release, force-release, cleanup, listings, fencing, history, watch,
+// concurrency (racing acquirers; a renewal racing a takeover at the expiry)
+// and a bad-input table of typed errors that change nothing.
+//
 // # Time
 //
 // The suite never sleeps. Each subtest takes a base time from the backend's

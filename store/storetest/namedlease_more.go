@@ -308,7 +308,9 @@ func nlCases() []nlCase {
 	ttl := func(f *nlFixture) *store.AcquireLeaseParams {
 		return &store.AcquireLeaseParams{TTL: time.Minute, Now: f.now}
 	}
-	rttl := func(f *nlFixture) *store.RenewLeaseParams { return &store.RenewLeaseParams{TTL: time.Minute, Now: f.now} }
+	rttl := func(f *nlFixture) *store.RenewLeaseParams {
+		return &store.RenewLeaseParams{TTL: time.Minute, Now: f.now}
+	}
 	op := func(f *nlFixture) *store.LeaseOpParams { return &store.LeaseOpParams{Now: f.now} }
 
 	badTexts := []struct{ desc, text string }{

@@ -1,0 +1,496 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// AcquireOpts are the options of an acquire. A nil *AcquireOpts means the
+// defaults; so does the zero value of each field.
+type AcquireOpts struct {
+	// TTL is the lease duration, before the TTLPolicy has its say.
+	// Default: Config.DefaultTTL.
+	TTL time.Duration
+	// MaxRenewals bounds the renewals of the holding; -1 means no limit.
+	// Default: Config.MaxRenewals.
+	MaxRenewals int
+	// KeepAlive starts the keep-alive at once (see Lease.KeepAlive): the
+	// lease is renewed in the background until released or lost.
+	KeepAlive bool
+	// Timeout bounds a blocking acquire (Acquire, AcquireAll, Hold): when
+	// it passes, the call fails with ErrTimeout. Default: 0, wait until the
+	// context ends.
+	Timeout time.Duration
+	// Kind is the class of the lease ("cleanup", "migration", "inbox") for
+	// the Observer; never a per-entity name. Default: empty.
+	Kind string
+}
+
+// TTLPolicy chooses the TTL of an acquire: it is consulted before every
+// attempt with the TTL asked for, and returns the one to use, which must be
+// within (0, Config.MaxTTL]. A policy may, for example, shorten TTLs under
+// high load, so that leases change hands more often.
+type TTLPolicy interface {
+	TTL(ctx context.Context, name string, requested time.Duration) time.Duration
+}
+
+// TTLPolicyFunc adapts a function to TTLPolicy.
+type TTLPolicyFunc func(ctx context.Context, name string, requested time.Duration) time.Duration
+
+// TTL implements TTLPolicy.
+func (f TTLPolicyFunc) TTL(ctx context.Context, name string, requested time.Duration) time.Duration {
+	return f(ctx, name, requested)
+}
+
+// checkOpts validates an acquire's name and options (all but the policy's
+// verdict).
+func (m *Manager) checkOpts(name string, opts *AcquireOpts) error {
+	if err := store.ValidateLeaseName(name); err != nil {
+		return err
+	}
+	if err := store.ValidateTTL(cmp.Or(opts.TTL, m.defaultTTL), m.maxTTL); err != nil {
+		return err
+	}
+	if opts.MaxRenewals < -1 {
+		return fmt.Errorf("%w: MaxRenewals %d, must be -1 or more", store.ErrInvalidCount, opts.MaxRenewals)
+	}
+	if opts.Timeout < 0 {
+		return fmt.Errorf("%w: Timeout %v is negative", store.ErrInvalidTTL, opts.Timeout)
+	}
+	return store.ValidateText("kind", opts.Kind)
+}
+
+// observeAcquire tells the observer an acquisition's outcome.
+func (m *Manager) observeAcquire(ctx context.Context, opts *AcquireOpts, err error) {
+	if m.observer != nil {
+		m.observer.Acquire(ctx, opts.Kind, err)
+	}
+}
+
+// policyTTL returns the TTL the policy chooses for a request.
+func (m *Manager) policyTTL(ctx context.Context, name string, requested time.Duration) (time.Duration, error) {
+	if m.policy == nil {
+		return requested, nil
+	}
+	ttl := m.policy.TTL(ctx, name, requested)
+	if err := store.ValidateTTL(ttl, m.maxTTL); err != nil {
+		return 0, fmt.Errorf("TTLPolicy chose %v for %v: %w", ttl, requested, err)
+	}
+	return ttl, nil
+}
+
+// attempt makes one acquire attempt.
+func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
+	if m.isStopping() {
+		return nil, ErrStopped
+	}
+	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.defaultTTL))
+	if err != nil {
+		return nil, err
+	}
+	maxRenewals := m.maxRenewals
+	switch {
+	case opts.MaxRenewals > 0:
+		maxRenewals = opts.MaxRenewals
+	case opts.MaxRenewals == -1:
+		maxRenewals = 0
+	}
+	start := m.now()
+	g, err := m.store.AcquireLease(ctx, name, m.owner, &store.AcquireLeaseParams{TTL: ttl, MaxRenewals: maxRenewals, NoHistory: m.noHistory})
+	if err != nil {
+		return nil, err
+	}
+	l := m.newLease(g, start, ttl, opts.Kind)
+	if !m.register(l) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
+		defer cancel()
+		_ = l.Close(rctx)
+		return nil, ErrStopped
+	}
+	if opts.KeepAlive {
+		if err := l.KeepAlive(); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// register adds l to the Manager's live leases; false if the Manager is
+// stopping.
+func (m *Manager) register(l *Lease) bool {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	if m.isStopping() {
+		return false
+	}
+	if l.Err() == nil {
+		m.held[l.name] = l
+	}
+	return true
+}
+
+// unregister removes l from the live leases.
+func (m *Manager) unregister(l *Lease) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	if m.held[l.name] == l {
+		delete(m.held, l.name)
+	}
+}
+
+// TryAcquire acquires name if it is free, and returns at once: a *HeldError
+// (matching ErrHeld) tells who holds it otherwise. It does not wait behind
+// the blocked Acquire calls of this process for the same name.
+func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
+	if opts == nil {
+		opts = &AcquireOpts{}
+	}
+	if err := m.checkOpts(name, opts); err != nil {
+		return nil, fmt.Errorf("lease: try acquire %q: %w", name, err)
+	}
+	l, err := m.attempt(ctx, name, opts)
+	m.observeAcquire(ctx, opts, err)
+	if err != nil {
+		return nil, fmt.Errorf("lease: try acquire %q: %w", name, err)
+	}
+	return l, nil
+}
+
+// Acquire acquires name, waiting while others hold it, until it succeeds,
+// ctx ends, opts.Timeout passes (ErrTimeout, wrapping the last *HeldError)
+// or the Manager stops (ErrStopped).
+//
+// Waiters of this process queue per name: only the first one tries, so they
+// get the name in the order they asked, and a release in this process hands
+// it to the next at once. The first waiter is woken by the backend's notice
+// of a release (Start must have been called), and otherwise polls (every
+// Config.PollInterval, jittered, and at the holder's expiry). Transient
+// errors are retried with backoff.
+func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
+	if opts == nil {
+		opts = &AcquireOpts{}
+	}
+	if err := m.checkOpts(name, opts); err != nil {
+		return nil, fmt.Errorf("lease: acquire %q: %w", name, err)
+	}
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	l, err := m.acquire(ctx, name, opts)
+	m.observeAcquire(ctx, opts, err)
+	if err != nil {
+		return nil, fmt.Errorf("lease: acquire %q: %w", name, timeoutError(ctx, opts.Timeout, err))
+	}
+	return l, nil
+}
+
+// Hold is Acquire with the keep-alive started: the runner of a name, for
+// leader election and long jobs.
+func (m *Manager) Hold(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
+	o := AcquireOpts{}
+	if opts != nil {
+		o = *opts
+	}
+	o.KeepAlive = true
+	return m.Acquire(ctx, name, &o)
+}
+
+// timeoutError turns the end of a context whose timeout passed into
+// ErrTimeout.
+func timeoutError(ctx context.Context, timeout time.Duration, err error) error {
+	if timeout <= 0 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
+}
+
+// heldWaitError is the error of a wait that ended while the name was held:
+// the context's error and the last *HeldError seen.
+type heldWaitError struct {
+	ctxErr error
+	held   *HeldError
+}
+
+func (e *heldWaitError) Error() string   { return fmt.Sprintf("%v (last seen: %v)", e.ctxErr, e.held) }
+func (e *heldWaitError) Unwrap() []error { return []error{e.ctxErr, e.held} }
+
+// acquire is the wait loop of a blocking acquire.
+func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
+	w := m.join(name)
+	defer m.leave(name, w)
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 10 * time.Millisecond
+	bo.MaxInterval = max(m.pollInterval, bo.InitialInterval)
+	bo.MaxElapsedTime = 0
+	var lastHeld *HeldError
+	ended := func(err error) error {
+		if lastHeld != nil && ctx.Err() != nil {
+			return &heldWaitError{ctxErr: err, held: lastHeld}
+		}
+		return err
+	}
+	for {
+		if err := m.waitTurn(ctx, name, w); err != nil {
+			return nil, ended(err)
+		}
+		l, err := m.attempt(ctx, name, opts)
+		if err == nil {
+			return l, nil
+		}
+		var held *HeldError
+		var pause time.Duration
+		switch {
+		case errors.As(err, &held):
+			if lastHeld != nil && held.Fence != lastHeld.Fence && held.Owner != m.owner {
+				// The name changed hands while this process waited: a
+				// waiter elsewhere won. Say so, so that its process gives
+				// this one a turn (Config.HandoffGrace).
+				m.announce(ctx, name)
+			}
+			lastHeld = held
+			pause = min(m.jitteredPoll(), held.Remaining()+time.Millisecond)
+			bo.Reset()
+			if m.testHooks.paused != nil {
+				m.testHooks.paused(name)
+			}
+		case errors.Is(err, ErrStopped), store.IsInvalid(err), ctx.Err() != nil:
+			return nil, ended(err)
+		default:
+			pause = bo.NextBackOff()
+			m.logger.Warn("lease: acquire failed, retrying", slog.String("name", name), slog.Any("error", err), slog.Duration("pause", pause))
+		}
+		if err := m.pause(ctx, w, pause); err != nil {
+			return nil, ended(err)
+		}
+	}
+}
+
+// jitteredPoll returns the poll interval ±20%.
+func (m *Manager) jitteredPoll() time.Duration {
+	spread := m.pollInterval / 5
+	if spread <= 0 {
+		return m.pollInterval
+	}
+	return m.pollInterval - spread + rand.N(2*spread+1)
+}
+
+// announce tells other processes that this one lost a race for name.
+func (m *Manager) announce(ctx context.Context, name string) {
+	actx, cancel := m.queryContext(ctx)
+	defer cancel()
+	if err := m.store.AnnounceLeaseWaiter(actx, name, m.owner); err != nil && ctx.Err() == nil {
+		m.logger.Warn("lease: announcing a waiter failed", slog.String("name", name), slog.Any("error", err))
+	}
+}
+
+// pause waits d, or until w is woken, ctx ends or the Manager stops.
+func (m *Manager) pause(ctx context.Context, w *waiter, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.wake:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.stopping:
+		return ErrStopped
+	}
+}
+
+// AcquireAll acquires every name, waiting as Acquire does, in sorted order
+// (so that two callers asking for overlapping sets cannot deadlock), all or
+// nothing: if one fails, the leases acquired so far are released and the
+// error returned. The leases come in sorted order. opts.Timeout bounds the
+// whole call. Duplicate names are bad input.
+func (m *Manager) AcquireAll(ctx context.Context, names []string, opts *AcquireOpts) ([]*Lease, error) {
+	return m.acquireAll(ctx, names, opts, true)
+}
+
+// TryAcquireAll is AcquireAll without waiting: it fails with the *HeldError
+// of the first name (in sorted order) that is held, having released the
+// others.
+func (m *Manager) TryAcquireAll(ctx context.Context, names []string, opts *AcquireOpts) ([]*Lease, error) {
+	return m.acquireAll(ctx, names, opts, false)
+}
+
+func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireOpts, wait bool) ([]*Lease, error) {
+	if opts == nil {
+		opts = &AcquireOpts{}
+	}
+	sorted := slices.Sorted(slices.Values(names))
+	if len(sorted) == 0 {
+		return nil, fmt.Errorf("lease: acquire all: %w: no names", store.ErrInvalidCount)
+	}
+	for i, name := range sorted {
+		if err := m.checkOpts(name, opts); err != nil {
+			return nil, fmt.Errorf("lease: acquire all: %q: %w", name, err)
+		}
+		if i > 0 && name == sorted[i-1] {
+			return nil, fmt.Errorf("lease: acquire all: %w: %q twice", store.ErrInvalidLeaseName, name)
+		}
+	}
+	if opts.Timeout > 0 && wait {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		defer cancel()
+	}
+	out := make([]*Lease, 0, len(sorted))
+	for _, name := range sorted {
+		var l *Lease
+		var err error
+		if wait {
+			l, err = m.acquire(ctx, name, opts)
+		} else {
+			l, err = m.attempt(ctx, name, opts)
+		}
+		m.observeAcquire(ctx, opts, err)
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
+			for _, got := range out {
+				if rerr := got.Close(rctx); rerr != nil {
+					m.logger.Warn("lease: rollback of acquire all: release failed; the lease will expire", slog.String("name", got.name), slog.Any("error", rerr))
+				}
+			}
+			cancel()
+			return nil, fmt.Errorf("lease: acquire all: %q: %w", name, timeoutError(ctx, opts.Timeout, err))
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// queue is the waiters of a name in this process, first first.
+type queue struct{ waiters []*waiter }
+
+// waiter is one blocked acquire.
+type waiter struct{ wake chan struct{} } // capacity 1
+
+func (w *waiter) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// join queues a new waiter for name.
+func (m *Manager) join(name string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1)}
+	m.qmu.Lock()
+	q := m.queues[name]
+	if q == nil {
+		q = &queue{}
+		m.queues[name] = q
+	}
+	q.waiters = append(q.waiters, w)
+	n := len(q.waiters)
+	m.qmu.Unlock()
+	if m.testHooks.waiting != nil {
+		m.testHooks.waiting(name, n)
+	}
+	return w
+}
+
+// leave removes w from the queue of name and wakes the next waiter.
+func (m *Manager) leave(name string, w *waiter) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	q := m.queues[name]
+	i := slices.Index(q.waiters, w)
+	q.waiters = slices.Delete(q.waiters, i, i+1)
+	switch {
+	case len(q.waiters) == 0:
+		delete(m.queues, name)
+	case i == 0:
+		q.waiters[0].poke()
+	}
+}
+
+// waitTurn waits until w is the first waiter of name and no hand-off grace
+// holds this process back.
+func (m *Manager) waitTurn(ctx context.Context, name string, w *waiter) error {
+	for {
+		m.qmu.Lock()
+		first := m.queues[name].waiters[0] == w
+		grace := time.Duration(0)
+		if until, ok := m.grace[name]; ok {
+			if grace = until.Sub(m.now()); grace <= 0 {
+				delete(m.grace, name)
+			}
+		}
+		m.qmu.Unlock()
+		if first && grace <= 0 {
+			return nil
+		}
+		var timeout <-chan time.Time
+		var t *time.Timer
+		if first {
+			t = time.NewTimer(grace)
+			timeout = t.C
+		}
+		var err error
+		select {
+		case <-w.wake:
+		case <-timeout:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-m.stopping:
+			err = ErrStopped
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// wakeHead wakes the first waiter of name, if any.
+func (m *Manager) wakeHead(name string) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	if q := m.queues[name]; q != nil {
+		q.waiters[0].poke()
+	}
+}
+
+// wakeAllHeads wakes the first waiter of every name.
+func (m *Manager) wakeAllHeads() {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	for _, q := range m.queues {
+		q.waiters[0].poke()
+	}
+}
+
+// releasing is called before this process releases name: if a waiter of
+// another process announced it lost a race for name, this process holds
+// back from name for HandoffGrace, so that one gets its turn. (Before, not
+// after: the backend's notice of the release may wake the waiters here
+// before the release returns.)
+func (m *Manager) releasing(name string) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	if _, ok := m.contended[name]; ok {
+		delete(m.contended, name)
+		m.grace[name] = m.now().Add(m.handoffGrace)
+	}
+}
+
+// released is called after this process released name: it hands the name
+// to the next waiter here (after the grace, if any).
+func (m *Manager) released(name string) { m.wakeHead(name) }

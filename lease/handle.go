@@ -1,0 +1,372 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// Lease is one holding of a named lease: the handle its holder renews,
+// checks and releases. Its methods are safe for concurrent use.
+//
+// Like an etcd Session, a Lease tells its holder when it is over: Done and
+// Context end the moment it is released, lost, expired or force-released,
+// or can no longer be proven held (its local deadline passed), and Err says
+// which. Do the lease's work under Context.
+type Lease struct {
+	m           *Manager
+	name        string
+	owner       string
+	fence       int64
+	acquiredAt  time.Time
+	ttl         time.Duration
+	margin      time.Duration
+	maxRenewals int
+	kind        string    // for the Observer
+	start       time.Time // local: when the acquire attempt started
+
+	renewMu sync.Mutex // one renewal at a time
+
+	mu         sync.Mutex
+	renewedAt  time.Time // by the backend's clock
+	expiresAt  time.Time // by the backend's clock
+	renewals   int
+	deadline   time.Time // local, monotonic: attempt start + TTL - margin
+	timer      *time.Timer
+	lastErr    error // the last failed renewal, for ErrLost
+	keepAlive  *keepAlive
+	releasedDB bool // the backend recorded a release of this holding
+	released   bool // its holder's Release succeeded
+	ctx        context.Context
+	cancelCtx  context.CancelCauseFunc
+	over       chan struct{} // closed when the lease is over
+	cause      error         // why; set before over closes
+}
+
+// Name returns the lease's name.
+func (l *Lease) Name() string { return l.name }
+
+// Owner returns the owner that holds it (the Manager's).
+func (l *Lease) Owner() string { return l.owner }
+
+// Fence returns the fencing token of this holding: larger than that of every
+// earlier holding of the name, the same across renewals. Hand it to the
+// systems the lease guards, so they can refuse a deposed holder's writes
+// (postgres.CheckFence, or a comparison of their own).
+func (l *Lease) Fence() int64 { return l.fence }
+
+// AcquiredAt returns when the backend granted the holding, by its clock.
+func (l *Lease) AcquiredAt() time.Time { return l.acquiredAt }
+
+// TTL returns the duration each grant and renewal asks for.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// RenewedAt returns the backend's now at the last grant or renewal.
+func (l *Lease) RenewedAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewedAt
+}
+
+// ExpiresAt returns the expiry by the backend's clock, as of the last grant
+// or renewal.
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expiresAt
+}
+
+// Renewals returns how many renewals the holding had.
+func (l *Lease) Renewals() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewals
+}
+
+// Remaining returns how long the holder can count on the lease, by the local
+// monotonic clock: the local deadline minus now, never more than the backend
+// would allow. Zero once the lease is over or may be.
+func (l *Lease) Remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause != nil {
+		return 0
+	}
+	return max(l.deadline.Sub(l.m.now()), 0)
+}
+
+// Done returns a channel that is closed when the lease is over.
+func (l *Lease) Done() <-chan struct{} { return l.over }
+
+// Context returns a context that is cancelled, with Err as its cause, when
+// the lease is over.
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancelCtx = context.WithCancelCause(context.Background())
+		if l.cause != nil {
+			l.cancelCtx(l.cause)
+		}
+	}
+	return l.ctx
+}
+
+// Err returns nil while the lease is held, and afterwards why it is over:
+// ErrReleased (its holder released it, or the Manager's Stop did),
+// ErrExpired (its local deadline passed without a keep-alive, or the backend
+// said it expired), ErrLost (the keep-alive could not renew it in time, or
+// another holding took the name), ErrMaxRenewals, or ErrForceReleased.
+func (l *Lease) Err() error {
+	select {
+	case <-l.over:
+		return l.cause
+	default:
+		return nil
+	}
+}
+
+// newLease makes the handle of a grant whose attempt started at start.
+func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duration, kind string) *Lease {
+	l := &Lease{
+		m: m, name: g.Name, owner: g.Owner, fence: g.Fence, acquiredAt: g.AcquiredAt,
+		ttl: ttl, margin: m.marginFor(ttl), maxRenewals: g.MaxRenewals, kind: kind, start: start,
+		renewedAt: g.RenewedAt, expiresAt: g.ExpiresAt, renewals: g.Renewals,
+		over: make(chan struct{}),
+	}
+	l.deadline = start.Add(ttl - l.margin)
+	l.mu.Lock() // so that Acquired is this lease's first event
+	l.timer = time.AfterFunc(max(l.deadline.Sub(m.now()), 0), l.onDeadline)
+	m.emit(l.event(Acquired, g.AcquiredAt, nil))
+	l.mu.Unlock()
+	return l
+}
+
+// marginFor returns the safety margin of a lease of ttl.
+func (m *Manager) marginFor(ttl time.Duration) time.Duration {
+	if m.safetyMargin == 0 {
+		return min(DefaultSafetyMargin, ttl/10)
+	}
+	return min(m.safetyMargin, ttl/2)
+}
+
+// onDeadline ends the lease when its local deadline passed without a
+// renewal.
+func (l *Lease) onDeadline() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause != nil {
+		return
+	}
+	if left := l.deadline.Sub(l.m.now()); left > 0 { // renewed meanwhile
+		l.timer.Reset(left)
+		return
+	}
+	if l.keepAlive != nil {
+		err := l.lastErr
+		if err == nil {
+			err = errors.New("no renewal succeeded in time")
+		}
+		l.endLocked(fmt.Errorf("%w: %q could not be renewed before its local deadline: %w", ErrLost, l.name, err))
+		return
+	}
+	l.endLocked(fmt.Errorf("%w: %q reached its local deadline", ErrExpired, l.name))
+}
+
+// end ends the lease with cause, if it is not over yet.
+func (l *Lease) end(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endLocked(cause)
+}
+
+// endLocked ends the lease with cause and emits its last event. l.mu must be
+// held. The first cause wins.
+func (l *Lease) endLocked(cause error) {
+	if l.cause != nil {
+		return
+	}
+	l.cause = cause
+	l.timer.Stop()
+	l.m.unregister(l)
+	kind := endKind(cause)
+	l.m.emit(l.event(kind, time.Time{}, cause))
+	if obs := l.m.observer; obs != nil {
+		held := l.m.now().Sub(l.start)
+		if kind == Released {
+			obs.Released(context.Background(), l.kind, held)
+		} else {
+			obs.Lost(context.Background(), l.kind, held)
+		}
+	}
+	// Last, so that whoever sees Done has been told everything else.
+	close(l.over)
+	if l.cancelCtx != nil {
+		l.cancelCtx(cause)
+	}
+}
+
+// endKind names the event of a lease that ended with cause.
+func endKind(cause error) EventKind {
+	switch {
+	case errors.Is(cause, ErrReleased), errors.Is(cause, ErrStopped):
+		return Released
+	case errors.Is(cause, ErrForceReleased):
+		return ForceReleased
+	case errors.Is(cause, ErrLost), errors.Is(cause, ErrMaxRenewals):
+		return Lost
+	}
+	return Expired
+}
+
+// Renew renews the lease once, now: the backend moves its expiry to its now +
+// TTL. On success the local deadline moves to the start of this attempt +
+// TTL - the safety margin. A refusal that can never succeed (the lease
+// expired, was superseded, released or force-released) ends the lease;
+// ErrMaxRenewals and transient errors (a lost connection) leave it as it
+// was, held until its local deadline.
+func (l *Lease) Renew(ctx context.Context) error {
+	l.renewMu.Lock()
+	defer l.renewMu.Unlock()
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("lease: renew %q: %w", l.name, err)
+	}
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	start := l.m.now()
+	g, err := l.m.store.RenewLease(ctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.noHistory})
+	if obs := l.m.observer; obs != nil {
+		obs.Renew(ctx, l.kind, err)
+	}
+	if err != nil {
+		err = fmt.Errorf("lease: %w", err)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if cause := renewFailure(err); cause != nil {
+			if errors.Is(cause, ErrMaxRenewals) {
+				// The holding stays valid until its expiry; keep the
+				// deadline and let the caller (or the keep-alive) decide.
+				return err
+			}
+			l.endLocked(cause)
+		} else if ctx.Err() == nil || l.lastErr == nil {
+			l.lastErr = err // keep the real failure over the deadline's cancellation
+		}
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause != nil {
+		// Over locally in the meantime (the deadline passed while the
+		// renewal was in flight): stay over.
+		return fmt.Errorf("lease: renew %q: %w", l.name, l.cause)
+	}
+	l.renewedAt, l.expiresAt, l.renewals = g.RenewedAt, g.ExpiresAt, g.Renewals
+	l.lastErr = nil
+	l.deadline = start.Add(ttl - l.margin)
+	l.timer.Reset(max(l.deadline.Sub(l.m.now()), 0))
+	l.m.emit(l.event(Renewed, g.RenewedAt, nil))
+	return nil
+}
+
+// renewFailure returns the cause that ends a lease after a renewal failed
+// with err, or nil when err may be transient.
+func renewFailure(err error) error {
+	switch {
+	case errors.Is(err, ErrNotHolder):
+		return fmt.Errorf("%w: %w", ErrLost, err)
+	case errors.Is(err, ErrExpired), errors.Is(err, ErrReleased), errors.Is(err, ErrForceReleased),
+		errors.Is(err, ErrMaxRenewals):
+		return err
+	case store.IsInvalid(err):
+		return fmt.Errorf("%w: %w", ErrLost, err)
+	}
+	return nil
+}
+
+// Release stops the keep-alive, if one runs, and releases the lease: its
+// name is free at once for the next holder, and the waiters of this process
+// and (through the backend's notice) of others are woken. Release after the
+// lease expired, was lost or force-released is safe: it returns nil and
+// changes nothing in the backend, whoever holds the name now. A second
+// Release returns an error matching ErrReleased; Close does not. If the
+// release could not reach the backend, the lease is over all the same (its
+// holder gave it up) and the error is returned: call Release again to retry,
+// or let the lease expire.
+func (l *Lease) Release(ctx context.Context) error {
+	l.stopKeepAlive()
+	l.mu.Lock()
+	again, inDB := l.released, l.releasedDB
+	l.mu.Unlock()
+	if again {
+		return fmt.Errorf("lease: release %q: %w", l.name, ErrReleased)
+	}
+	var err error
+	if !inDB { // else the keep-alive released it when it gave it up
+		l.m.releasing(l.name)
+		err = l.m.store.ReleaseLease(ctx, l.name, l.owner, l.fence, &store.LeaseOpParams{NoHistory: l.m.noHistory})
+		if errors.Is(err, ErrReleased) {
+			err = nil // a retry whose first attempt went through
+		}
+	}
+	l.mu.Lock()
+	if err == nil {
+		l.releasedDB, l.released = true, true
+	}
+	l.endLocked(fmt.Errorf("%w: %q by its holder", ErrReleased, l.name))
+	l.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("lease: release %q: %w", l.name, err)
+	}
+	l.m.released(l.name)
+	return nil
+}
+
+// Close releases the lease like Release, and returns nil if it was released
+// already. It is the deferrable form.
+func (l *Lease) Close(ctx context.Context) error {
+	err := l.Release(ctx)
+	if errors.Is(err, ErrReleased) {
+		return nil
+	}
+	return err
+}
+
+// Check asks the backend whether this holding still holds its name
+// (unexpired by the backend's clock, not ended, not superseded). It returns
+// nil, or a *FenceError (matching ErrStaleFence), in which case the lease
+// ends. To guard a write in PostgreSQL, use postgres.CheckFence inside the
+// writing transaction instead: it also holds the name until the
+// transaction ends.
+func (l *Lease) Check(ctx context.Context) error {
+	err := l.m.store.CheckLeaseFence(ctx, l.name, l.fence, nil)
+	var fe *FenceError
+	if errors.As(err, &fe) {
+		var cause error
+		switch fe.Reason {
+		case string(store.LeaseExpired):
+			cause = ErrExpired
+		case string(store.LeaseReleased):
+			cause = ErrReleased
+		case string(store.LeaseForceReleased):
+			cause = ErrForceReleased
+		default:
+			cause = ErrLost
+		}
+		l.end(fmt.Errorf("%w: %w", cause, err))
+	}
+	if err != nil {
+		return fmt.Errorf("lease: check %q: %w", l.name, err)
+	}
+	return nil
+}
+
+// event returns an event of this lease.
+func (l *Lease) event(kind EventKind, at time.Time, err error) Event {
+	return Event{Kind: kind, Name: l.name, Owner: l.owner, Fence: l.fence, At: at, ExpiresAt: l.expiresAt, Err: err}
+}

@@ -1,0 +1,225 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// keepAlive is the running renewal loop of one lease: the runner.
+type keepAlive struct {
+	cancel   context.CancelFunc
+	done     chan struct{}
+	poke     chan struct{}   // capacity 1: renew now (a notice said the name was freed)
+	requests chan chan error // TryRenewNow: renew once now and answer
+}
+
+// KeepAlive starts renewing the lease in the background, which makes it a
+// runner: renewals at Config.RenewShare of the TTL plus a random jitter (up
+// to Config.MaxJitter, at most a tenth of the TTL), on the monotonic clock.
+// A renewal that fails for a transient reason is retried with exponential
+// backoff until the local deadline; if none succeeds by then, the lease ends
+// with ErrLost, before the backend could hand the name to anyone else. A
+// refusal ends it at once (ErrLost when another holding took the name,
+// ErrExpired, ErrForceReleased); reaching MaxRenewals ends it with
+// ErrMaxRenewals and releases it. Release and Close stop the loop. Calling
+// KeepAlive again while it runs does nothing; on a lease that is over it
+// returns why.
+func (l *Lease) KeepAlive() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause != nil {
+		return l.cause
+	}
+	if l.keepAlive != nil {
+		return nil
+	}
+	// No loop starts once Stop began: Stop waits for the loops.
+	l.m.qmu.Lock()
+	if l.m.isStopping() {
+		l.m.qmu.Unlock()
+		return ErrStopped
+	}
+	l.m.loops.Add(1)
+	l.m.qmu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	k := &keepAlive{cancel: cancel, done: make(chan struct{}), poke: make(chan struct{}, 1), requests: make(chan chan error)}
+	l.keepAlive = k
+	go func() {
+		defer l.m.loops.Done()
+		defer close(k.done)
+		l.renewLoop(ctx, k)
+	}()
+	return nil
+}
+
+// stopKeepAlive stops the renewal loop, if one runs, and waits for it.
+func (l *Lease) stopKeepAlive() {
+	l.mu.Lock()
+	k := l.keepAlive
+	l.mu.Unlock()
+	if k == nil {
+		return
+	}
+	k.cancel()
+	<-k.done
+}
+
+// poke makes a running keep-alive renew now.
+func (l *Lease) poke() {
+	l.mu.Lock()
+	k := l.keepAlive
+	l.mu.Unlock()
+	if k != nil {
+		select {
+		case k.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// TryRenewNow renews the lease once, now, and returns the outcome: through
+// the keep-alive, which then counts its next renewal from this one, or
+// directly (Renew) when none runs.
+func (l *Lease) TryRenewNow(ctx context.Context) error {
+	l.mu.Lock()
+	k := l.keepAlive
+	l.mu.Unlock()
+	if k == nil {
+		return l.Renew(ctx)
+	}
+	reply := make(chan error, 1)
+	select {
+	case k.requests <- reply:
+	case <-k.done:
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("lease: renew %q: %w", l.name, err)
+		}
+		return l.Renew(ctx)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// nextRenewal returns the pause before the next renewal: RenewShare of the
+// TTL plus jitter, cut so that half of what the TTL leaves beyond its share
+// remains for retries before the local deadline.
+func (l *Lease) nextRenewal() time.Duration {
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	share := time.Duration(float64(ttl) * l.m.renewShare)
+	jitter := min(l.m.maxJitter, ttl/10)
+	pause := share
+	if jitter > 0 {
+		pause += rand.N(jitter + 1)
+	}
+	return min(pause, max(l.Remaining()-(ttl-share)/2, 0))
+}
+
+func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
+	defer func() {
+		if ctx.Err() != nil {
+			return // stopped by Release or Close, which release
+		}
+		// Given up (maximum renewals, or renewals failing until the local
+		// deadline, whichever noticed first): release, best effort.
+		if cause := l.Err(); errors.Is(cause, ErrMaxRenewals) || (errors.Is(cause, ErrLost) && !errors.Is(cause, ErrNotHolder)) {
+			l.releaseAfterEnd()
+		}
+	}()
+	timer := time.NewTimer(l.nextRenewal())
+	defer timer.Stop()
+	for {
+		var reply chan error
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.over:
+			return
+		case <-k.poke:
+		case reply = <-k.requests:
+		case <-timer.C:
+		}
+		var err error
+		if reply != nil {
+			err = l.Renew(ctx)
+			reply <- err
+		} else {
+			err = l.renewRetrying(ctx)
+		}
+		if ctx.Err() != nil {
+			return // stopped by Release or Close
+		}
+		if errors.Is(err, ErrMaxRenewals) {
+			l.end(fmt.Errorf("%w: %q reached its maximum of %d renewals", ErrMaxRenewals, l.name, l.maxRenewals))
+		}
+		if l.Err() != nil {
+			return
+		}
+		timer.Stop()
+		timer.Reset(l.nextRenewal())
+	}
+}
+
+// renewRetrying renews the lease, retrying transient errors with exponential
+// backoff until the local deadline.
+func (l *Lease) renewRetrying(ctx context.Context) error {
+	left := l.Remaining()
+	if left <= 0 {
+		return l.Err()
+	}
+	rctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	l.mu.Lock()
+	ttl := l.ttl
+	l.mu.Unlock()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = max(min(50*time.Millisecond, ttl/20), time.Millisecond)
+	bo.MaxInterval = max(ttl/10, bo.InitialInterval)
+	bo.MaxElapsedTime = 0
+	return backoff.Retry(func() error {
+		err := l.Renew(rctx)
+		switch {
+		case err == nil:
+			return nil
+		case l.Err() != nil, errors.Is(err, ErrMaxRenewals):
+			return backoff.Permanent(err)
+		}
+		if rctx.Err() == nil {
+			l.m.logger.Warn("lease: renewal failed, retrying", slog.String("name", l.name), slog.Any("error", err))
+		}
+		return err
+	}, backoff.WithContext(bo, rctx))
+}
+
+// releaseAfterEnd releases, best effort, a holding the keep-alive gave up
+// (maximum renewals, or renewals failing) so others need not wait for its
+// expiry.
+func (l *Lease) releaseAfterEnd() {
+	ctx, cancel := context.WithTimeout(context.Background(), l.m.releaseTimeout)
+	defer cancel()
+	l.m.releasing(l.name)
+	err := l.m.store.ReleaseLease(ctx, l.name, l.owner, l.fence, &store.LeaseOpParams{NoHistory: l.m.noHistory})
+	if err != nil && !errors.Is(err, ErrReleased) {
+		l.m.logger.Warn("lease: release of a lost lease failed; it will expire", slog.String("name", l.name), slog.Any("error", err))
+		return
+	}
+	l.mu.Lock()
+	l.releasedDB = true
+	l.mu.Unlock()
+	l.m.released(l.name)
+}

@@ -1,0 +1,458 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// Store is what a Manager needs of a backend (store/memory, store/postgres).
+// storetest.NamedLeaseStore states the contract.
+type Store interface {
+	Now(ctx context.Context) (time.Time, error)
+	AcquireLease(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, error)
+	RenewLease(ctx context.Context, name, owner string, fence int64, p *store.RenewLeaseParams) (store.NamedLease, error)
+	ReleaseLease(ctx context.Context, name, owner string, fence int64, p *store.LeaseOpParams) error
+	ForceReleaseLeases(ctx context.Context, owner string, p *store.LeaseOpParams) ([]store.NamedLease, error)
+	CleanupExpiredLeases(ctx context.Context, p *store.CleanupLeasesParams) (int, error)
+	GetLease(ctx context.Context, name string, p *store.LeaseOpParams) (store.NamedLease, error)
+	CheckLeaseFence(ctx context.Context, name string, fence int64, p *store.LeaseOpParams) error
+	ListLeases(ctx context.Context, p *store.ListLeasesParams) ([]store.NamedLease, error)
+	LeaseHistory(ctx context.Context, name string, p *store.LeaseHistoryParams) ([]store.LeaseEvent, error)
+	TrimLeaseHistory(ctx context.Context, before time.Time, limit int) (int64, error)
+	WatchLeases(ctx context.Context, sink store.LeaseSink) error
+	AnnounceLeaseWaiter(ctx context.Context, name, waiter string) error
+}
+
+// Errors. The sentinels shared with package store are the same values, so
+// errors.Is works with either.
+var (
+	// ErrInvalidArgument is matched by every error about bad input: names,
+	// owners, durations, options. Such a call changes nothing.
+	ErrInvalidArgument = store.ErrInvalidArgument
+	// ErrHeld is matched by the *HeldError of an acquire of a name another
+	// holding holds.
+	ErrHeld = store.ErrHeld
+	// ErrNotHolder reports a renew or release of a holding the caller does
+	// not hold (another owner's, or superseded).
+	ErrNotHolder = store.ErrNotHolder
+	// ErrLeaseNotFound reports a name that was never acquired.
+	ErrLeaseNotFound = store.ErrLeaseNotFound
+	// ErrExpired is why a lease ended when its expiry passed: its local
+	// deadline passed without a renewal, or the backend refused a renewal
+	// because the expiry had passed by its clock.
+	ErrExpired = store.ErrExpired
+	// ErrReleased is why a lease ended when its holder released it, and the
+	// error of a second Release.
+	ErrReleased = store.ErrReleased
+	// ErrForceReleased is why a lease ended when ForceRelease ended it.
+	ErrForceReleased = store.ErrForceReleased
+	// ErrMaxRenewals is why a kept-alive lease ended when it reached its
+	// MaxRenewals, and the error of Renew past them.
+	ErrMaxRenewals = store.ErrMaxRenewals
+	// ErrStaleFence is matched by the *FenceError of a fence that no longer
+	// holds its name (Check, postgres.CheckFence).
+	ErrStaleFence = store.ErrStaleFence
+
+	// ErrLost is why a kept-alive lease ended when it could no longer be
+	// proven held: its renewals failed until the local deadline (the last
+	// error is wrapped), or another holding took the name (ErrNotHolder is
+	// wrapped too).
+	ErrLost = errors.New("lease: lease lost")
+	// ErrTimeout is returned by a blocking acquire whose AcquireOpts.Timeout
+	// passed; the *HeldError of the last holder seen is wrapped.
+	ErrTimeout = errors.New("lease: acquire timed out")
+	// ErrStopped is returned by the calls of a stopped Manager, and by the
+	// blocked acquires and Run calls that Stop ended.
+	ErrStopped = errors.New("lease: manager stopped")
+)
+
+// HeldError tells who holds a name: the current holder, its fence and its
+// expiry by the backend's clock. It matches ErrHeld.
+type HeldError = store.HeldError
+
+// FenceError says why a fencing token no longer holds its name. It matches
+// ErrStaleFence.
+type FenceError = store.FenceError
+
+// Defaults of Config.
+const (
+	DefaultTTL              = 30 * time.Second
+	DefaultMaxTTL           = time.Hour
+	DefaultRenewShare       = 0.6
+	DefaultMaxJitter        = time.Second
+	DefaultSafetyMargin     = time.Second
+	DefaultPollInterval     = time.Second
+	DefaultHandoffGrace     = 50 * time.Millisecond
+	DefaultCleanupInterval  = time.Minute
+	DefaultHistoryRetention = 7 * 24 * time.Hour
+	DefaultQueryTimeout     = 10 * time.Second
+	DefaultReleaseTimeout   = 5 * time.Second
+)
+
+// Config configures a Manager. A nil *Config means the defaults; so does the
+// zero value of each field.
+type Config struct {
+	// Owner identifies this process as the holder of its leases; it is what
+	// ForceRelease takes to end a crashed agent's leases. At most
+	// store.MaxNameLen bytes of text. Default: "<hostname>:<pid>:<6 random
+	// hex digits>", different for every Manager.
+	Owner string
+	// DefaultTTL is the lease duration when AcquireOpts names none.
+	// Default: DefaultTTL (30 s).
+	DefaultTTL time.Duration
+	// MaxTTL is the longest lease a call (or the TTLPolicy) may ask for, at
+	// most store.MaxTTL. Default: DefaultMaxTTL (1 h).
+	MaxTTL time.Duration
+	// MaxRenewals bounds the renewals of each holding unless AcquireOpts
+	// says otherwise; past it, renewals fail with ErrMaxRenewals and a
+	// kept-alive lease ends (and is released), so long jobs give others a
+	// turn. Default: 0, no limit.
+	MaxRenewals int
+	// RenewShare is the share of the TTL after which a kept-alive lease is
+	// renewed, in (0, 1). Default: DefaultRenewShare (0.6).
+	RenewShare float64
+	// MaxJitter bounds the random delay added to each renewal, so holders
+	// do not renew in step. It is capped at a tenth of the TTL.
+	// Default: DefaultMaxJitter (1 s).
+	MaxJitter time.Duration
+	// SafetyMargin is how long before the expiry the holder stops trusting
+	// its lease: the local deadline is the start of the last successful
+	// acquire or renew attempt + TTL - SafetyMargin, on the monotonic
+	// clock. It is capped at half the TTL. Default: the smaller of
+	// DefaultSafetyMargin (1 s) and a tenth of the TTL.
+	SafetyMargin time.Duration
+	// PollInterval is how often a blocked Acquire re-checks a held name when
+	// no notice arrives (and never later than the holder's expiry), with a
+	// random ±20% so waiters of many processes do not poll in step.
+	// Default: DefaultPollInterval (1 s).
+	PollInterval time.Duration
+	// HandoffGrace is how long this process waits before re-acquiring a
+	// name it just released when a waiter of another process announced it
+	// lost a race for that name, so that waiter gets its turn: no process
+	// starves while another keeps winning. Default: DefaultHandoffGrace
+	// (50 ms).
+	HandoffGrace time.Duration
+	// CleanupInterval is the period of the maintenance loop that marks
+	// expired holdings and trims the history; negative turns the loop off.
+	// Default: DefaultCleanupInterval (1 min).
+	CleanupInterval time.Duration
+	// HistoryRetention is how long audit events are kept; the maintenance
+	// loop deletes older ones. Negative keeps them forever.
+	// Default: DefaultHistoryRetention (7 days).
+	HistoryRetention time.Duration
+	// DisableHistory stops this Manager from recording the audit history
+	// of its leases. Default: false, record it.
+	DisableHistory bool
+	// TTLPolicy, if set, chooses the TTL of every acquire (see TTLPolicy).
+	// Default: none, the TTL asked for.
+	TTLPolicy TTLPolicy
+	// QueryTimeout bounds each statement the Manager runs in the
+	// background (maintenance, announcements). Default: DefaultQueryTimeout
+	// (10 s).
+	QueryTimeout time.Duration
+	// ReleaseTimeout bounds the releases of Stop and of the keep-alive
+	// after a lease ended. Default: DefaultReleaseTimeout (5 s).
+	ReleaseTimeout time.Duration
+	// Observer, if set, is told of acquisitions, renewals and the ends of
+	// holdings, for metrics (*metrics.NamedLeaseObserver satisfies it).
+	// Default: none.
+	Observer Observer
+	// Logger receives diagnostics. Default: discard.
+	Logger *slog.Logger
+	// Now is the local clock for deadlines; it must carry a monotonic
+	// reading. Default: time.Now.
+	Now func() time.Time
+}
+
+// Observer is told what a Manager's leases do. kind is AcquireOpts.Kind, a
+// low-cardinality class of leases. Its methods must not block: they are
+// called from the renewing loops.
+type Observer interface {
+	// Acquire reports an acquisition's outcome: once per TryAcquire, once
+	// per blocking acquire (its final error).
+	Acquire(ctx context.Context, kind string, err error)
+	// Renew reports each renewal attempt.
+	Renew(ctx context.Context, kind string, err error)
+	// Lost reports a holding that ended other than by its holder's release
+	// (ErrLost, ErrExpired, ErrMaxRenewals, ErrForceReleased) after held.
+	Lost(ctx context.Context, kind string, held time.Duration)
+	// Released reports a holding its holder (or Stop) released after held.
+	Released(ctx context.Context, kind string, held time.Duration)
+}
+
+// Manager acquires, holds and releases named leases for one owner (this
+// process). It is safe for concurrent use.
+type Manager struct {
+	store            Store
+	owner            string
+	defaultTTL       time.Duration
+	maxTTL           time.Duration
+	maxRenewals      int
+	renewShare       float64
+	maxJitter        time.Duration
+	safetyMargin     time.Duration
+	pollInterval     time.Duration
+	handoffGrace     time.Duration
+	cleanupInterval  time.Duration
+	historyRetention time.Duration
+	noHistory        bool
+	policy           TTLPolicy
+	observer         Observer
+	queryTimeout     time.Duration
+	releaseTimeout   time.Duration
+	logger           *slog.Logger
+	now              func() time.Time
+
+	qmu       sync.Mutex
+	queues    map[string]*queue    // waiters of blocking acquires, per name
+	contended map[string]time.Time // names others announced they wait for
+	grace     map[string]time.Time // names this process holds back from until then
+	held      map[string]*Lease    // this Manager's live leases, by name
+	stopping  chan struct{}        // closed by Stop
+	stopOnce  sync.Once
+
+	subMu sync.Mutex
+	subs  []*Subscription
+	ended bool // Stop finished the subscriptions
+
+	lifeMu  sync.Mutex
+	started bool
+	stopped bool
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup // Start's goroutines
+	loops   sync.WaitGroup // the leases' keep-alive loops
+	runs    sync.WaitGroup // the calls of Run
+
+	testHooks testHooks
+}
+
+// testHooks are signals for the package's tests; nil outside them.
+type testHooks struct {
+	waiting func(name string, queued int) // a waiter joined the queue of name
+	wanted  func(name, waiter string)     // another process announced a waiter
+	reset   func()                        // the watch (re)started listening
+	paused  func(name string)             // a blocked acquire found name held and waits
+}
+
+// New returns a Manager on s. It returns an error naming the field when cfg
+// is invalid. Leases can be acquired at once; Start adds prompt wake-ups of
+// blocked acquires (backend notices) and the maintenance loop.
+func New(s Store, cfg *Config) (*Manager, error) {
+	if s == nil {
+		return nil, errors.New("lease: nil Store")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	m := &Manager{
+		store:            s,
+		owner:            cfg.Owner,
+		defaultTTL:       cmp.Or(cfg.DefaultTTL, DefaultTTL),
+		maxTTL:           cmp.Or(cfg.MaxTTL, DefaultMaxTTL),
+		maxRenewals:      cfg.MaxRenewals,
+		renewShare:       cmp.Or(cfg.RenewShare, DefaultRenewShare),
+		maxJitter:        cmp.Or(cfg.MaxJitter, DefaultMaxJitter),
+		safetyMargin:     cfg.SafetyMargin,
+		pollInterval:     cmp.Or(cfg.PollInterval, DefaultPollInterval),
+		handoffGrace:     cmp.Or(cfg.HandoffGrace, DefaultHandoffGrace),
+		cleanupInterval:  cmp.Or(cfg.CleanupInterval, DefaultCleanupInterval),
+		historyRetention: cmp.Or(cfg.HistoryRetention, DefaultHistoryRetention),
+		noHistory:        cfg.DisableHistory,
+		policy:           cfg.TTLPolicy,
+		observer:         cfg.Observer,
+		queryTimeout:     cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
+		releaseTimeout:   cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout),
+		logger:           cfg.Logger,
+		now:              cfg.Now,
+		queues:           map[string]*queue{},
+		contended:        map[string]time.Time{},
+		grace:            map[string]time.Time{},
+		held:             map[string]*Lease{},
+		stopping:         make(chan struct{}),
+	}
+	switch {
+	case m.maxTTL < 0 || m.maxTTL > store.MaxTTL:
+		return nil, fmt.Errorf("lease: Config.MaxTTL %v must be in (0, %v]", cfg.MaxTTL, store.MaxTTL)
+	case m.defaultTTL < time.Microsecond || m.defaultTTL > m.maxTTL:
+		return nil, fmt.Errorf("lease: Config.DefaultTTL %v must be in [1µs, MaxTTL %v]", cfg.DefaultTTL, m.maxTTL)
+	case m.maxRenewals < 0:
+		return nil, fmt.Errorf("lease: Config.MaxRenewals %d must not be negative", cfg.MaxRenewals)
+	case m.renewShare <= 0 || m.renewShare >= 1:
+		return nil, fmt.Errorf("lease: Config.RenewShare %v must be in (0, 1)", cfg.RenewShare)
+	case m.maxJitter < 0:
+		return nil, fmt.Errorf("lease: Config.MaxJitter %v must not be negative", cfg.MaxJitter)
+	case m.safetyMargin < 0:
+		return nil, fmt.Errorf("lease: Config.SafetyMargin %v must not be negative", cfg.SafetyMargin)
+	case m.pollInterval < 0:
+		return nil, fmt.Errorf("lease: Config.PollInterval %v must not be negative", cfg.PollInterval)
+	case m.handoffGrace < 0:
+		return nil, fmt.Errorf("lease: Config.HandoffGrace %v must not be negative", cfg.HandoffGrace)
+	case m.queryTimeout < 0:
+		return nil, fmt.Errorf("lease: Config.QueryTimeout %v must not be negative", cfg.QueryTimeout)
+	case m.releaseTimeout < 0:
+		return nil, fmt.Errorf("lease: Config.ReleaseTimeout %v must not be negative", cfg.ReleaseTimeout)
+	}
+	if m.owner == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		m.owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
+	}
+	if err := store.ValidateLeaseOwner(m.owner); err != nil {
+		return nil, fmt.Errorf("lease: Config.Owner: %w", err)
+	}
+	if m.logger == nil {
+		m.logger = slog.New(slog.DiscardHandler)
+	}
+	if m.now == nil {
+		m.now = time.Now
+	}
+	return m, nil
+}
+
+// Owner returns the owner this Manager acquires leases as.
+func (m *Manager) Owner() string { return m.owner }
+
+// Start starts the background work and returns: the watch of the backend's
+// notices (releases wake blocked acquires at once; force-releases end kept-
+// alive leases at once) and the maintenance loop (CleanupInterval). The
+// goroutines run until Stop or until ctx ends. Start after Stop fails with
+// ErrStopped; a second Start does nothing.
+func (m *Manager) Start(ctx context.Context) error {
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	switch {
+	case m.stopped:
+		return ErrStopped
+	case m.started:
+		return nil
+	}
+	m.started = true
+	ctx, m.cancel = context.WithCancelCause(ctx)
+	m.wg.Go(func() {
+		err := m.store.WatchLeases(ctx, sink{m})
+		if err != nil && ctx.Err() == nil {
+			m.logger.Error("lease: watch ended; blocked acquires fall back to polling", slog.Any("error", err))
+		}
+	})
+	if m.cleanupInterval > 0 {
+		m.wg.Go(func() { m.maintain(ctx) })
+	}
+	return nil
+}
+
+// Stop shuts the Manager down gracefully: blocked acquires return
+// ErrStopped, the functions of Run see their contexts end and Stop waits
+// for them to return, every lease this Manager holds is released (each release
+// bounded by Config.ReleaseTimeout; a lease whose release fails still ends
+// here and expires in the backend), the background goroutines are stopped
+// and waited for, and every Subscription delivers its remaining events and
+// closes. It is safe before Start and twice.
+func (m *Manager) Stop() {
+	m.lifeMu.Lock()
+	m.stopped = true
+	cancel := m.cancel
+	m.lifeMu.Unlock()
+
+	m.qmu.Lock()
+	m.stopOnce.Do(func() { close(m.stopping) }) // under qmu: no lease, loop or run starts after this
+	m.qmu.Unlock()
+	m.runs.Wait() // their functions return, then they release their leases
+	m.qmu.Lock()
+	held := make([]*Lease, 0, len(m.held))
+	for _, l := range m.held {
+		held = append(held, l)
+	}
+	m.qmu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range held {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), m.releaseTimeout)
+			defer cancel()
+			if err := l.Close(ctx); err != nil {
+				m.logger.Warn("lease: release at stop failed; the lease will expire", slog.String("name", l.name), slog.Any("error", err))
+			}
+		})
+	}
+	wg.Wait()
+
+	if cancel != nil {
+		cancel(ErrStopped)
+	}
+	m.wg.Wait()
+	m.loops.Wait()
+	m.endSubscriptions()
+}
+
+// isStopping reports whether Stop was called.
+func (m *Manager) isStopping() bool {
+	select {
+	case <-m.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// sink receives the backend's notices.
+type sink struct{ m *Manager }
+
+// Freed wakes the first waiter of name, and makes a kept-alive lease of this
+// Manager on name renew now: if an operator force-released it, it learns so
+// at once.
+func (s sink) Freed(name string) {
+	s.m.wakeHead(name)
+	s.m.qmu.Lock()
+	l := s.m.held[name]
+	s.m.qmu.Unlock()
+	if l != nil {
+		l.poke()
+	}
+}
+
+// Wanted records that a waiter of another process lost a race for name.
+func (s sink) Wanted(name, waiter string) {
+	if waiter == s.m.owner {
+		return
+	}
+	s.m.qmu.Lock()
+	s.m.contended[name] = s.m.now()
+	s.m.qmu.Unlock()
+	if s.m.testHooks.wanted != nil {
+		s.m.testHooks.wanted(name, waiter)
+	}
+}
+
+// Reset wakes every first waiter and makes every kept-alive lease renew now:
+// notices may have been missed.
+func (s sink) Reset() {
+	if s.m.testHooks.reset != nil {
+		defer s.m.testHooks.reset()
+	}
+	s.m.wakeAllHeads()
+	s.m.qmu.Lock()
+	held := make([]*Lease, 0, len(s.m.held))
+	for _, l := range s.m.held {
+		held = append(held, l)
+	}
+	s.m.qmu.Unlock()
+	for _, l := range held {
+		l.poke()
+	}
+}
+
+// queryContext bounds a background statement.
+func (m *Manager) queryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, m.queryTimeout)
+}

@@ -1,0 +1,107 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// Info is a holding as the backend saw it (store.NamedLease): Held reports
+// whether it was live at AsOf, by the backend's clock.
+type Info = store.NamedLease
+
+// HistoryEvent is a record of the audit history (store.LeaseEvent).
+type HistoryEvent = store.LeaseEvent
+
+// Get returns the current or last holding of name; ErrLeaseNotFound if the
+// name was never acquired.
+func (m *Manager) Get(ctx context.Context, name string) (Info, error) {
+	l, err := m.store.GetLease(ctx, name, nil)
+	if err != nil {
+		return Info{}, fmt.Errorf("lease: get %q: %w", name, err)
+	}
+	return l, nil
+}
+
+// IsHeld reports whether someone holds name now, by the backend's clock.
+func (m *Manager) IsHeld(ctx context.Context, name string) (bool, error) {
+	_, held, err := m.HeldBy(ctx, name)
+	return held, err
+}
+
+// HeldBy returns the owner that holds name now, by the backend's clock;
+// held is false when nobody does.
+func (m *Manager) HeldBy(ctx context.Context, name string) (owner string, held bool, err error) {
+	l, err := m.store.GetLease(ctx, name, nil)
+	switch {
+	case errors.Is(err, ErrLeaseNotFound):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("lease: held by %q: %w", name, err)
+	case !l.Held():
+		return "", false, nil
+	}
+	return l.Owner, true, nil
+}
+
+// ListByOwner returns the live holdings of owner, by name (at most
+// store.MaxListLimit).
+func (m *Manager) ListByOwner(ctx context.Context, owner string) ([]Info, error) {
+	if owner == "" {
+		return nil, fmt.Errorf("lease: list by owner: %w: empty", store.ErrInvalidOwner)
+	}
+	ls, err := m.store.ListLeases(ctx, &store.ListLeasesParams{Owner: owner, Limit: store.MaxListLimit})
+	if err != nil {
+		return nil, fmt.Errorf("lease: list by owner %q: %w", owner, err)
+	}
+	return ls, nil
+}
+
+// ListLongHeld returns the live holdings acquired at least olderThan ago by
+// the backend's clock, renewals notwithstanding, by name (at most
+// store.MaxListLimit): a holder stuck in a renewal loop shows here before it
+// hurts.
+func (m *Manager) ListLongHeld(ctx context.Context, olderThan time.Duration) ([]Info, error) {
+	if olderThan <= 0 {
+		return nil, fmt.Errorf("lease: list long held: %w: %v is not positive", store.ErrInvalidTTL, olderThan)
+	}
+	ls, err := m.store.ListLeases(ctx, &store.ListLeasesParams{HeldFor: olderThan, Limit: store.MaxListLimit})
+	if err != nil {
+		return nil, fmt.Errorf("lease: list long held: %w", err)
+	}
+	return ls, nil
+}
+
+// History returns the audit events of name (of every name if empty) after
+// the event afterID, in order, at most limit (0: store.DefaultListLimit).
+func (m *Manager) History(ctx context.Context, name string, afterID int64, limit int) ([]HistoryEvent, error) {
+	es, err := m.store.LeaseHistory(ctx, name, &store.LeaseHistoryParams{AfterID: afterID, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("lease: history %q: %w", name, err)
+	}
+	return es, nil
+}
+
+// ForceRelease ends every live lease of owner (a crashed agent's) and
+// returns them. Waiters everywhere are woken; the holder's own Leases end
+// with ErrForceReleased at once in this process, and in another at its next
+// renewal (at once if it runs a keep-alive and hears the backend's notice).
+func (m *Manager) ForceRelease(ctx context.Context, owner string) ([]Info, error) {
+	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.noHistory})
+	if err != nil {
+		return nil, fmt.Errorf("lease: force release %q: %w", owner, err)
+	}
+	for _, info := range ls {
+		m.qmu.Lock()
+		l := m.held[info.Name]
+		m.qmu.Unlock()
+		if l != nil && l.fence == info.Fence && l.owner == info.Owner {
+			l.end(fmt.Errorf("%w: %q", ErrForceReleased, l.name))
+		}
+		m.wakeHead(info.Name)
+	}
+	return ls, nil
+}

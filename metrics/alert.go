@@ -1,0 +1,346 @@
+package metrics
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Level is the severity of an alert.
+type Level string
+
+// Levels of alerts.
+const (
+	LevelWarning  Level = "warning"
+	LevelCritical Level = "critical"
+)
+
+// Names of the alerts.
+const (
+	// AlertExpirationRate: more than Thresholds.ExpirationRate of the
+	// leases granted in the window expired (warning).
+	AlertExpirationRate = "ExpirationRate"
+	// AlertMassExpiry: one cleanup cycle found more than
+	// Thresholds.MassExpiry expired leases at once (critical).
+	AlertMassExpiry = "MassExpiry"
+	// AlertRecoveryFailureRate: more than Thresholds.RecoveryFailureRate
+	// of the recovery steps that decided in the window failed (warning).
+	AlertRecoveryFailureRate = "RecoveryFailureRate"
+	// AlertOpenGaps: more than Thresholds.OpenGaps open gaps over the
+	// streams this process touched (warning).
+	AlertOpenGaps = "OpenGaps"
+)
+
+// Alert is one change of an alert's state: it fires (Firing true) when its
+// condition starts to hold and resolves (Firing false) when the condition
+// ends. While the condition holds nothing more is sent.
+type Alert struct {
+	Name      string
+	Level     Level
+	Firing    bool
+	Value     float64 // what was observed: a share (0.06 is 6%) or a count
+	Threshold float64 // the value it is compared with: it fires above it
+	Message   string
+	At        time.Time
+}
+
+// SinkFunc receives alerts as they fire and resolve.
+type SinkFunc func(Alert)
+
+// Defaults of EvaluatorConfig and Thresholds.
+const (
+	DefaultWindow              = time.Hour
+	DefaultMinSamples          = 20
+	DefaultExpirationRate      = 0.05
+	DefaultMassExpiry          = 10
+	DefaultRecoveryFailureRate = 0.01
+	DefaultOpenGaps            = 100
+)
+
+// Thresholds of the alerts; each fires when its value is above its
+// threshold. Zero means the default; a negative value turns the alert off.
+type Thresholds struct {
+	// ExpirationRate is the share of granted leases that may expire.
+	// Default: DefaultExpirationRate (5%).
+	ExpirationRate float64
+	// MassExpiry is how many expired leases one cleanup cycle may find.
+	// Default: DefaultMassExpiry (10).
+	MassExpiry int
+	// RecoveryFailureRate is the share of recovery steps that may fail.
+	// Default: DefaultRecoveryFailureRate (1%).
+	RecoveryFailureRate float64
+	// OpenGaps is how many open gaps the touched streams may have.
+	// Default: DefaultOpenGaps (100).
+	OpenGaps int64
+}
+
+// EvaluatorConfig configures an Evaluator. A nil *EvaluatorConfig means the
+// defaults; so does the zero value of each field.
+type EvaluatorConfig struct {
+	// Window is the sliding window of the rates. Default: DefaultWindow
+	// (1 h). Events are kept in 60 slots of Window/60, so an event counts
+	// for between Window and Window+Window/60.
+	Window time.Duration
+	// Thresholds of the alerts.
+	Thresholds Thresholds
+	// MinSamples is how many granted leases (recovery steps that decided)
+	// the window must hold before its expiration (recovery failure) rate
+	// counts: 1 expiry in the first 3 leases is no trend. Default:
+	// DefaultMinSamples (20).
+	MinSamples int
+	// Sink receives the alerts, synchronously and in order, on the
+	// goroutine that reported the event that changed them; it must return
+	// quickly and must not call the Evaluator. Optional: Alerts reports the
+	// state either way.
+	Sink SinkFunc
+	// Logger logs each alert (firing: Warn or Error by level; resolved:
+	// Info). Default: discard.
+	Logger *slog.Logger
+	// Now is the clock of the window. Default: time.Now.
+	Now func() time.Time
+}
+
+// Evaluator watches the events Metrics reports (or that the caller reports
+// itself) and raises alerts when thresholds are crossed. The rates are over
+// a sliding window; the mass expiry alert follows the last cleanup cycle and
+// the open gaps alert the last count. Conditions are evaluated at every
+// event and at Evaluate (Metrics calls it at every collection), so a rate
+// alert resolves once its window slides past the trouble.
+//
+// An Evaluator sees one process: the leases it granted and the expiries its
+// cleanup loop resolved. For a fleet, alert on the exported metrics as
+// docs/operations.md shows. It is safe for concurrent use.
+type Evaluator struct {
+	window     time.Duration
+	slot       time.Duration
+	minSamples int64
+	th         Thresholds
+	sink       SinkFunc
+	logger     *slog.Logger
+	now        func() time.Time
+
+	mu       sync.Mutex
+	slots    []slot // oldest first
+	total    slot   // sums over slots
+	cycle    int64  // expired leases found by the last cycle; -1: none yet
+	openGaps int64  // last count; -1: none yet
+	alerts   map[string]*Alert
+}
+
+// slot holds the events of one Window/60.
+type slot struct {
+	start                     time.Time
+	granted, expired          int64
+	recoveryOK, recoveryFails int64
+}
+
+// NewEvaluator returns an Evaluator. It returns an error naming the field
+// when cfg is invalid.
+func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
+	if cfg == nil {
+		cfg = &EvaluatorConfig{}
+	}
+	switch {
+	case cfg.Window < 0:
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.Window %v is negative", cfg.Window)
+	case cfg.MinSamples < 0:
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.MinSamples %d is negative", cfg.MinSamples)
+	case cfg.Thresholds.ExpirationRate > 1:
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.ExpirationRate %v is above 1", cfg.Thresholds.ExpirationRate)
+	case cfg.Thresholds.RecoveryFailureRate > 1:
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.RecoveryFailureRate %v is above 1", cfg.Thresholds.RecoveryFailureRate)
+	}
+	e := &Evaluator{
+		window:     cmp.Or(cfg.Window, DefaultWindow),
+		minSamples: int64(cmp.Or(cfg.MinSamples, DefaultMinSamples)),
+		th: Thresholds{
+			ExpirationRate:      cmp.Or(cfg.Thresholds.ExpirationRate, DefaultExpirationRate),
+			MassExpiry:          cmp.Or(cfg.Thresholds.MassExpiry, DefaultMassExpiry),
+			RecoveryFailureRate: cmp.Or(cfg.Thresholds.RecoveryFailureRate, DefaultRecoveryFailureRate),
+			OpenGaps:            cmp.Or(cfg.Thresholds.OpenGaps, DefaultOpenGaps),
+		},
+		sink:     cfg.Sink,
+		logger:   cfg.Logger,
+		now:      cfg.Now,
+		cycle:    -1,
+		openGaps: -1,
+		alerts:   map[string]*Alert{},
+	}
+	e.slot = max(e.window/60, time.Nanosecond)
+	if e.logger == nil {
+		e.logger = slog.New(slog.DiscardHandler)
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	for _, a := range []Alert{
+		{Name: AlertExpirationRate, Level: LevelWarning, Threshold: e.th.ExpirationRate},
+		{Name: AlertMassExpiry, Level: LevelCritical, Threshold: float64(e.th.MassExpiry)},
+		{Name: AlertRecoveryFailureRate, Level: LevelWarning, Threshold: e.th.RecoveryFailureRate},
+		{Name: AlertOpenGaps, Level: LevelWarning, Threshold: float64(e.th.OpenGaps)},
+	} {
+		if a.Threshold >= 0 {
+			e.alerts[a.Name] = &a
+		}
+	}
+	return e, nil
+}
+
+// Granted reports n leases granted.
+func (e *Evaluator) Granted(n int) { e.add(func(s *slot) { s.granted += int64(n) }) }
+
+// Expired reports n expired leases resolved.
+func (e *Evaluator) Expired(n int) { e.add(func(s *slot) { s.expired += int64(n) }) }
+
+// Recovery reports a recovery step that decided: it resolved its entry
+// (ok) or failed. Steps that declined are not reported.
+func (e *Evaluator) Recovery(ok bool) {
+	e.add(func(s *slot) {
+		if ok {
+			s.recoveryOK++
+		} else {
+			s.recoveryFails++
+		}
+	})
+}
+
+// Cycle reports a cleanup cycle that found expired leases.
+func (e *Evaluator) Cycle(expired int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.cycle = int64(expired)
+	e.evaluateLocked(e.now())
+}
+
+// OpenGaps reports the open gaps of the streams this process touched.
+func (e *Evaluator) OpenGaps(n int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.openGaps = n
+	e.evaluateLocked(e.now())
+}
+
+// Evaluate slides the window to now and re-evaluates every alert.
+func (e *Evaluator) Evaluate() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.evaluateLocked(e.now())
+}
+
+// Alerts returns the state of every alert that is on, in a fixed order:
+// Firing, and the last Value observed.
+func (e *Evaluator) Alerts() []Alert {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Alert, 0, len(e.alerts))
+	for _, name := range []string{AlertExpirationRate, AlertMassExpiry, AlertRecoveryFailureRate, AlertOpenGaps} {
+		if a, ok := e.alerts[name]; ok {
+			out = append(out, *a)
+		}
+	}
+	return out
+}
+
+// add records an event in the current slot and re-evaluates.
+func (e *Evaluator) add(f func(*slot)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	e.slide(now)
+	if n := len(e.slots); n == 0 || !now.Before(e.slots[n-1].start.Add(e.slot)) {
+		e.slots = append(e.slots, slot{start: now.Truncate(e.slot)})
+	}
+	cur := &e.slots[len(e.slots)-1]
+	before := *cur
+	f(cur)
+	e.total.granted += cur.granted - before.granted
+	e.total.expired += cur.expired - before.expired
+	e.total.recoveryOK += cur.recoveryOK - before.recoveryOK
+	e.total.recoveryFails += cur.recoveryFails - before.recoveryFails
+	e.evaluateLocked(now)
+}
+
+// slide drops the slots that ended before the window. e.mu must be held.
+func (e *Evaluator) slide(now time.Time) {
+	cutoff := now.Add(-e.window)
+	drop := 0
+	for _, s := range e.slots {
+		if s.start.Add(e.slot).After(cutoff) {
+			break
+		}
+		e.total.granted -= s.granted
+		e.total.expired -= s.expired
+		e.total.recoveryOK -= s.recoveryOK
+		e.total.recoveryFails -= s.recoveryFails
+		drop++
+	}
+	e.slots = e.slots[drop:]
+}
+
+// evaluateLocked checks every condition at now. e.mu must be held.
+func (e *Evaluator) evaluateLocked(now time.Time) {
+	e.slide(now)
+	t := e.total
+	if t.granted >= e.minSamples && t.granted > 0 {
+		v := float64(t.expired) / float64(t.granted)
+		e.set(now, AlertExpirationRate, v, v > e.th.ExpirationRate, func(a *Alert) string {
+			return fmt.Sprintf("%.1f%% of the %d leases granted in the last %v expired (%d); threshold %.1f%%: workers crash, stall or get too short a TTL",
+				100*v, t.granted, e.window, t.expired, 100*a.Threshold)
+		})
+	} else {
+		e.set(now, AlertExpirationRate, 0, false, nil)
+	}
+	if n := t.recoveryOK + t.recoveryFails; n >= e.minSamples && n > 0 {
+		v := float64(t.recoveryFails) / float64(n)
+		e.set(now, AlertRecoveryFailureRate, v, v > e.th.RecoveryFailureRate, func(a *Alert) string {
+			return fmt.Sprintf("%.1f%% of the %d recovery steps in the last %v failed (%d); threshold %.1f%%: a tracker or the database fails",
+				100*v, n, e.window, t.recoveryFails, 100*a.Threshold)
+		})
+	} else {
+		e.set(now, AlertRecoveryFailureRate, 0, false, nil)
+	}
+	if e.cycle >= 0 {
+		v := float64(e.cycle)
+		e.set(now, AlertMassExpiry, v, e.cycle > int64(e.th.MassExpiry), func(a *Alert) string {
+			return fmt.Sprintf("one cleanup cycle found %d expired leases at once; threshold %.0f: a worker node died or the database paused", e.cycle, a.Threshold)
+		})
+	}
+	if e.openGaps >= 0 {
+		v := float64(e.openGaps)
+		e.set(now, AlertOpenGaps, v, e.openGaps > e.th.OpenGaps, func(a *Alert) string {
+			return fmt.Sprintf("%d open gaps; threshold %.0f: work was lost and not recovered", e.openGaps, a.Threshold)
+		})
+	}
+}
+
+// set records the value of an alert and, if its condition changed, sends
+// the change. e.mu must be held.
+func (e *Evaluator) set(now time.Time, name string, v float64, cond bool, msg func(*Alert) string) {
+	a, ok := e.alerts[name]
+	if !ok {
+		return // turned off
+	}
+	a.Value = v
+	if cond == a.Firing {
+		return
+	}
+	a.Firing, a.At = cond, now
+	if cond {
+		a.Message = msg(a)
+		level := slog.LevelWarn
+		if a.Level == LevelCritical {
+			level = slog.LevelError
+		}
+		e.logger.Log(context.Background(), level, "metrics: alert firing: "+a.Message,
+			slog.String("alert", a.Name), slog.String("level", string(a.Level)), slog.Float64("value", v))
+	} else {
+		a.Message = fmt.Sprintf("%s resolved: value %g, threshold %g", name, v, a.Threshold)
+		e.logger.Info("metrics: alert resolved", slog.String("alert", a.Name), slog.Float64("value", v))
+	}
+	if e.sink != nil {
+		e.sink(*a)
+	}
+}

@@ -1,0 +1,81 @@
+// Package metrics makes seqlease observable: OpenTelemetry instruments for
+// leases, commits, expiries, recovery, cleanup, gaps and named leases, spans
+// for the operations that matter, and an alert evaluator with thresholds.
+//
+// # Wiring
+//
+// New creates every instrument once, on the MeterProvider it is given (nil:
+// the global one, a no-op until the application installs an SDK), and hands
+// out observers that the other packages take through small interfaces of
+// their own, so none of them imports OpenTelemetry:
+//
+//	m, err := metrics.New(&metrics.Config{
+//		MeterProvider: mp, TracerProvider: tp,
+//		Watermarks:    b,                 // *barrier.Barrier: the lag gauge
+//		Gaps:          gaps,              // *gap.Gaps: the open gaps gauge
+//		Alerts:        evaluator,         // optional: *metrics.Evaluator
+//	})
+//	leaser, _ := sequence.New(st, &sequence.Config{Barrier: b, Observer: m.Leaser()})
+//	cleaner, _ := cleanup.New(st, &cleanup.Config{Observer: m.Cleanup()})
+//	gaps, _ := gap.New(st, &gap.Config{Observer: m.Gaps()})
+//	// named leases: m.NamedLeases()
+//
+// Nothing registers itself anywhere global: to serve Prometheus, build the
+// exporter on a registry of your own (examples/projection does, with
+// -metrics :9464).
+//
+// # Attributes
+//
+// Instruments carry only low-cardinality attributes: stream and kind, the
+// recovery step (method), an outcome (result, reason), and for alerts their
+// name and level. Numbers and operation ids go on spans only. Streams beyond
+// Config.MaxStreams are merged under OtherStream. The kind comes from
+// sequence.LeaseOpts.Kind: keep it a small set (projection types), not an id.
+//
+// # Gauges
+//
+// The watermark lag (the highest number this process leased minus the
+// stream's watermark), the open gaps, the last cycle's expired count,
+// cascade mode and the alerts are observed by one callback at each
+// collection, over the streams this process touched. The lag reads the
+// barrier's in-memory watermark; the open gap count is one query per stream
+// on PostgreSQL, made at most every Config.GapCountInterval. A read that
+// fails is logged and skipped (the gap gauge keeps its last count); each is
+// bounded by Config.QueryTimeout. Close unregisters the callback.
+//
+// # Traces
+//
+// Spans, through the TracerProvider given (nil: the global one):
+//
+//	seqlease.lease          one Lease or LeaseN call
+//	seqlease.commit         one Commit, CommitTx or Complete; event
+//	                        seqlease.barrier.wait when its turn came
+//	seqlease.cleanup.cycle  one cleanup cycle
+//	  seqlease.recover      the recovery of one expired lease; an event
+//	                        seqlease.recovery.step per step tried
+//
+// # Alerts
+//
+// An Evaluator keeps the events of a sliding window (default one hour) and
+// watches four conditions: the share of granted leases that expired, the
+// expired leases one cleanup cycle found at once, the share of recovery
+// steps that failed, and the open gaps. Each alert has two states and sends
+// only its transitions:
+//
+//	        condition holds
+//	ok ─────────────────────────> firing      Alert{Firing: true}
+//	 ^                              │
+//	 └──────────────────────────────┘         Alert{Firing: false}
+//	        condition ends
+//
+// so a condition that holds for an hour sends one alert, not one per event.
+// Its clock is injected (EvaluatorConfig.Now). It sees one process; for a
+// fleet, alert on the exported series (docs/operations.md has the PromQL).
+//
+// # Failure handling
+//
+// Recording never fails and never blocks on I/O: counters and histograms
+// are in-memory, the observers are called synchronously on the operations'
+// goroutines and do a map lookup and an atomic add. Only the gauges'
+// callback reads (see Gauges), at the collector's pace, with timeouts.
+package metrics

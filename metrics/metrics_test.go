@@ -1,0 +1,579 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+
+	"github.com/seqlease/seqlease/barrier"
+	"github.com/seqlease/seqlease/cleanup"
+	"github.com/seqlease/seqlease/gap"
+	"github.com/seqlease/seqlease/metrics"
+	"github.com/seqlease/seqlease/recovery"
+	"github.com/seqlease/seqlease/sequence"
+	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// clock is a settable clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// bundle is one wired-up system on the memory backend.
+type bundle struct {
+	reader  *sdkmetric.ManualReader
+	spans   *tracetest.SpanRecorder
+	m       *metrics.Metrics
+	alerts  *metrics.Evaluator
+	fired   *[]metrics.Alert
+	dbClock *clock // the memory store's "database clock"
+	store   *memory.Store
+	barrier *barrier.Barrier
+	leaser  *sequence.Leaser
+	gaps    *gap.Gaps
+	cleaner *cleanup.Service
+}
+
+const (
+	stream = "orders"
+	kind   = "invoice"
+)
+
+func setup(t *testing.T, opts ...sdkmetric.Option) *bundle {
+	t.Helper()
+	b := &bundle{
+		reader:  sdkmetric.NewManualReader(),
+		spans:   tracetest.NewSpanRecorder(),
+		dbClock: &clock{t: time.Now().Add(-time.Hour).Truncate(time.Second)},
+		fired:   new([]metrics.Alert),
+	}
+	mp := sdkmetric.NewMeterProvider(append(opts, sdkmetric.WithReader(b.reader))...)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(b.spans))
+	t.Cleanup(func() {
+		require.NoError(t, mp.Shutdown(context.Background()))
+		require.NoError(t, tp.Shutdown(context.Background()))
+	})
+	b.store = memory.New(&memory.Config{Now: b.dbClock.Now})
+	var err error
+	b.barrier, err = barrier.New(b.store, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.barrier.Start(context.Background()))
+	t.Cleanup(b.barrier.Stop)
+	b.gaps, err = gap.New(b.store, nil)
+	require.NoError(t, err)
+	b.alerts, err = metrics.NewEvaluator(&metrics.EvaluatorConfig{
+		MinSamples: 1,
+		Sink:       func(a metrics.Alert) { *b.fired = append(*b.fired, a) },
+	})
+	require.NoError(t, err)
+	b.m, err = metrics.New(&metrics.Config{
+		MeterProvider: mp, TracerProvider: tp,
+		Watermarks: b.barrier, Gaps: b.gaps, Alerts: b.alerts,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.m.Close()) })
+	b.gaps, err = gap.New(b.store, &gap.Config{Observer: b.m.Gaps()})
+	require.NoError(t, err)
+	b.leaser, err = sequence.New(b.store, &sequence.Config{Barrier: b.barrier, Observer: b.m.Leaser()})
+	require.NoError(t, err)
+	b.cleaner, err = cleanup.New(b.store, &cleanup.Config{
+		Observer: b.m.Cleanup(),
+		WorkTracker: recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
+			switch e.OperationID {
+			case "op-4":
+				return []byte("half done"), true, nil
+			case "op-5":
+				return nil, false, errors.New("work tracker unreachable")
+			}
+			return nil, false, nil
+		}),
+		Hooks: []cleanup.HookFunc{func(_ context.Context, e store.Entry) error {
+			if e.OperationID == "op-5" {
+				return errors.New("temp file busy")
+			}
+			return nil
+		}},
+	})
+	require.NoError(t, err)
+	t.Cleanup(b.cleaner.Stop)
+	return b
+}
+
+func (b *bundle) lease(t *testing.T, op string) *sequence.Lease {
+	t.Helper()
+	l, err := b.leaser.Lease(context.Background(), stream, &sequence.LeaseOpts{OperationID: op, Kind: kind})
+	require.NoError(t, err)
+	return l
+}
+
+// script runs the scenario every test of the instruments checks: leases,
+// commits (one of them waiting at the barrier), an extension, a release,
+// two expiries resolved by cleanup (one recovered, one a gap after a step
+// failed), a gap fill, and one lease left in flight.
+func (b *bundle) script(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	l1, l2, l3 := b.lease(t, "op-1"), b.lease(t, "op-2"), b.lease(t, "op-3")
+	b.lease(t, "op-4")
+	b.lease(t, "op-5")
+
+	waiting := make(chan error, 1)
+	go func() { waiting <- l2.Commit(ctx, []byte("two")) }() // waits for 1
+	require.NoError(t, l2.Extend(ctx, 0))
+	require.NoError(t, l1.Commit(ctx, []byte("one")))
+	require.NoError(t, <-waiting)
+	require.NoError(t, l3.Release(ctx))
+
+	b.dbClock.Advance(time.Minute) // 4 and 5 expire
+	res, err := b.cleaner.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Expired)
+	b.cleaner.Stop() // waits for the hooks
+
+	require.NoError(t, b.gaps.Fill(ctx, stream, 3, []byte("three"),
+		&gap.FillOpts{FilledBy: "operator", Policy: gap.FillReasons(store.ReasonReleased)}))
+	require.Equal(t, int64(7), b.lease(t, "op-7").Number()) // 6 is the recovered work
+}
+
+func (b *bundle) collect(t *testing.T) map[string]metricdata.Metrics {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, b.reader.Collect(context.Background(), &rm))
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		require.Equal(t, metrics.ScopeName, sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// enc renders an attribute set as "k=v,k=v", sorted by key.
+func enc(s attribute.Set) string { return s.Encoded(attribute.DefaultEncoder()) }
+
+// points returns the values of a sum or gauge by attributes.
+func points(t *testing.T, m metricdata.Metrics) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		require.True(t, d.IsMonotonic, m.Name)
+		for _, p := range d.DataPoints {
+			out[enc(p.Attributes)] = p.Value
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			out[enc(p.Attributes)] = p.Value
+		}
+	default:
+		t.Fatalf("%s: unexpected data %T", m.Name, m.Data)
+	}
+	return out
+}
+
+// histogram returns the data points of a histogram by attributes.
+func histogram(t *testing.T, m metricdata.Metrics) map[string]metricdata.HistogramDataPoint[float64] {
+	t.Helper()
+	d, ok := m.Data.(metricdata.Histogram[float64])
+	require.True(t, ok, "%s: unexpected data %T", m.Name, m.Data)
+	out := map[string]metricdata.HistogramDataPoint[float64]{}
+	for _, p := range d.DataPoints {
+		out[enc(p.Attributes)] = p
+	}
+	return out
+}
+
+const sk = "kind=invoice,stream=orders"
+
+// TestInstruments runs the script and checks every instrument's name, unit,
+// attributes and values.
+func TestInstruments(t *testing.T) {
+	b := setup(t)
+	b.script(t)
+	nl := b.m.NamedLeases()
+	ctx := context.Background()
+	nl.Acquire(ctx, "cleanup", nil)
+	nl.Acquire(ctx, "cleanup", &store.HeldError{Name: "seqlease/cleanup/orders"})
+	nl.Acquire(ctx, "cleanup", errors.New("connection refused"))
+	nl.Renew(ctx, "cleanup", nil)
+	nl.Renew(ctx, "cleanup", nil)
+	nl.Renew(ctx, "cleanup", errors.New("timeout"))
+	nl.Lost(ctx, "cleanup", 90*time.Second)
+	nl.Released(ctx, "cleanup", 30*time.Second)
+
+	got := b.collect(t)
+
+	units := map[string]string{
+		metrics.NameLeaseGranted:           "{lease}",
+		metrics.NameLeaseCommitted:         "{lease}",
+		metrics.NameLeaseReleased:          "{lease}",
+		metrics.NameLeaseExtended:          "{extension}",
+		metrics.NameLeaseExpired:           "{lease}",
+		metrics.NameLeaseOverrun:           "s",
+		metrics.NameCommitWait:             "s",
+		metrics.NameWatermarkLag:           "{entry}",
+		metrics.NameRecoveryAttempts:       "{attempt}",
+		metrics.NameCleanupCycleDuration:   "s",
+		metrics.NameCleanupCycleExpired:    "{lease}",
+		metrics.NameCleanupCascadeActive:   "{mode}",
+		metrics.NameCleanupHookFailures:    "{failure}",
+		metrics.NameGapOpen:                "{gap}",
+		metrics.NameGapCreated:             "{gap}",
+		metrics.NameGapFilled:              "{gap}",
+		metrics.NameNamedLeaseAcquisitions: "{acquisition}",
+		metrics.NameNamedLeaseRenewals:     "{renewal}",
+		metrics.NameNamedLeaseLosses:       "{loss}",
+		metrics.NameNamedLeaseHoldDuration: "s",
+		metrics.NameAlertActive:            "{alert}",
+	}
+	var names []string
+	for name, m := range got {
+		names = append(names, name)
+		require.Equal(t, units[name], m.Unit, "unit of %s", name)
+		require.NotEmpty(t, m.Description, name)
+	}
+	var want []string
+	for name := range units {
+		want = append(want, name)
+	}
+	sort.Strings(names)
+	sort.Strings(want)
+	require.Equal(t, want, names, "every instrument reports, and no other")
+
+	sums := func(name string) map[string]int64 { return points(t, got[name]) }
+	require.Equal(t, map[string]int64{sk: 6}, sums(metrics.NameLeaseGranted))
+	require.Equal(t, map[string]int64{sk: 2}, sums(metrics.NameLeaseCommitted))
+	require.Equal(t, map[string]int64{sk: 1}, sums(metrics.NameLeaseReleased))
+	require.Equal(t, map[string]int64{sk: 1}, sums(metrics.NameLeaseExtended))
+	require.Equal(t, map[string]int64{
+		"kind=invoice,method=gap,stream=orders":          1,
+		"kind=invoice,method=partial-work,stream=orders": 1,
+	}, sums(metrics.NameLeaseExpired))
+	require.Equal(t, map[string]int64{
+		"kind=invoice,method=partial-work,result=success,stream=orders": 1,
+		"kind=invoice,method=partial-work,result=failure,stream=orders": 1,
+		"kind=invoice,method=gap,result=success,stream=orders":          1,
+	}, sums(metrics.NameRecoveryAttempts))
+	require.Equal(t, map[string]int64{sk: 1}, sums(metrics.NameCleanupHookFailures))
+	require.Equal(t, map[string]int64{
+		"kind=invoice,reason=released,stream=orders":  1,
+		"kind=invoice,reason=expired,stream=orders":   1,
+		"kind=invoice,reason=recovered,stream=orders": 1,
+	}, sums(metrics.NameGapCreated))
+	require.Equal(t, map[string]int64{"kind=invoice,reason=released,stream=orders": 1}, sums(metrics.NameGapFilled))
+	require.Equal(t, map[string]int64{
+		"kind=cleanup,result=acquired": 1, "kind=cleanup,result=held": 1, "kind=cleanup,result=error": 1,
+	}, sums(metrics.NameNamedLeaseAcquisitions))
+	require.Equal(t, map[string]int64{"kind=cleanup,result=ok": 2, "kind=cleanup,result=error": 1}, sums(metrics.NameNamedLeaseRenewals))
+	require.Equal(t, map[string]int64{"kind=cleanup": 1}, sums(metrics.NameNamedLeaseLosses))
+
+	// Gauges.
+	require.Equal(t, map[string]int64{"stream=orders": 1}, sums(metrics.NameWatermarkLag), "leased 7, watermark 6")
+	require.Equal(t, map[string]int64{"stream=orders": 2}, sums(metrics.NameGapOpen), "4 (recovered) and 5 (expired); 3 was filled")
+	require.Equal(t, map[string]int64{"": 2}, sums(metrics.NameCleanupCycleExpired))
+	require.Equal(t, map[string]int64{"": 0}, sums(metrics.NameCleanupCascadeActive))
+	require.Equal(t, map[string]int64{
+		"alert=ExpirationRate,level=warning":      1, // 2 of 6
+		"alert=MassExpiry,level=critical":         0,
+		"alert=RecoveryFailureRate,level=warning": 1, // 1 of 3
+		"alert=OpenGaps,level=warning":            0,
+	}, sums(metrics.NameAlertActive))
+
+	// Histograms.
+	overrun := histogram(t, got[metrics.NameLeaseOverrun])
+	require.Len(t, overrun, 1)
+	p := overrun[sk]
+	require.Equal(t, uint64(2), p.Count)
+	// The store's clock runs an hour behind the loop's, and the leases
+	// expired 30 s after being leased: each was ~59.5 min overdue.
+	require.InDelta(t, 2*(time.Hour-30*time.Second).Seconds(), p.Sum, 120)
+	wait := histogram(t, got[metrics.NameCommitWait])
+	require.Equal(t, uint64(2), wait[sk].Count)
+	cycles := histogram(t, got[metrics.NameCleanupCycleDuration])
+	require.Equal(t, uint64(1), cycles["result=ok"].Count)
+	hold := histogram(t, got[metrics.NameNamedLeaseHoldDuration])
+	require.Equal(t, 90.0, hold["kind=cleanup,result=lost"].Sum)
+	require.Equal(t, 30.0, hold["kind=cleanup,result=released"].Sum)
+
+	// One instrument in full, with the SDK's own assertion.
+	metricdatatest.AssertEqual(t, metricdata.Metrics{
+		Name:        metrics.NameLeaseReleased,
+		Description: got[metrics.NameLeaseReleased].Description,
+		Unit:        "{lease}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints: []metricdata.DataPoint[int64]{{
+				Attributes: attribute.NewSet(metrics.KeyStream.String(stream), metrics.KeyKind.String(kind)),
+				Value:      1,
+			}},
+		},
+	}, got[metrics.NameLeaseReleased], metricdatatest.IgnoreTimestamp())
+
+	// Only low-cardinality attribute keys, never a number or an id.
+	allowed := map[attribute.Key]bool{metrics.KeyStream: true, metrics.KeyKind: true, metrics.KeyMethod: true,
+		metrics.KeyResult: true, metrics.KeyReason: true, metrics.KeyAlert: true, metrics.KeyLevel: true}
+	for name, m := range got {
+		for _, set := range attributeSets(m) {
+			for _, kv := range set.ToSlice() {
+				require.True(t, allowed[kv.Key], "%s has attribute %s", name, kv.Key)
+				require.NotContains(t, kv.Value.String(), "op-", "%s carries an operation id", name)
+			}
+		}
+	}
+}
+
+func attributeSets(m metricdata.Metrics) []attribute.Set {
+	var out []attribute.Set
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	}
+	return out
+}
+
+// TestSpans checks the spans of the script: lease, commit with the barrier
+// wait as an event, one cleanup cycle with a recovery span per expired lease.
+func TestSpans(t *testing.T) {
+	b := setup(t)
+	b.script(t)
+	byName := map[string][]sdktrace.ReadOnlySpan{}
+	for _, s := range b.spans.Ended() {
+		byName[s.Name()] = append(byName[s.Name()], s)
+	}
+	require.Len(t, byName["seqlease.lease"], 6)
+	require.Len(t, byName["seqlease.commit"], 2)
+	for _, s := range byName["seqlease.commit"] {
+		require.Len(t, s.Events(), 1)
+		require.Equal(t, "seqlease.barrier.wait", s.Events()[0].Name)
+		require.Contains(t, attrs(s.Attributes()), "seqlease.ordered=true")
+	}
+	require.Len(t, byName["seqlease.cleanup.cycle"], 1)
+	cycle := byName["seqlease.cleanup.cycle"][0]
+	require.Contains(t, attrs(cycle.Attributes()), "seqlease.expired=2")
+	recovers := byName["seqlease.recover"]
+	require.Len(t, recovers, 2)
+	for _, s := range recovers {
+		require.Equal(t, cycle.SpanContext().SpanID(), s.Parent().SpanID(), "recoveries are children of their cycle")
+		a := attrs(s.Attributes())
+		switch {
+		case strings.Contains(a, "seqlease.number=4"):
+			require.Contains(t, a, "seqlease.method=partial-work")
+			require.Contains(t, a, "seqlease.new_number=6")
+			require.Contains(t, a, "seqlease.operation_id=op-4")
+			require.Len(t, s.Events(), 1)
+		case strings.Contains(a, "seqlease.number=5"):
+			require.Contains(t, a, "seqlease.method=gap")
+			require.Len(t, s.Events(), 2, "partial-work failed, gap succeeded")
+			require.Contains(t, attrs(s.Events()[0].Attributes), "seqlease.result=failure")
+		default:
+			t.Fatalf("unexpected recovery span %s", a)
+		}
+	}
+	for _, s := range b.spans.Ended() {
+		require.True(t, s.EndTime().After(s.StartTime()) || s.EndTime().Equal(s.StartTime()))
+	}
+}
+
+func attrs(kvs []attribute.KeyValue) string {
+	return enc(attribute.NewSet(kvs...))
+}
+
+// TestGapBatchSpans checks that entries declared gaps in one batch (no
+// tracker: the pipeline is the Gap step alone) get a span and a step each.
+func TestGapBatchSpans(t *testing.T) {
+	b := setup(t)
+	cl, err := cleanup.New(b.store, &cleanup.Config{Observer: b.m.Cleanup()})
+	require.NoError(t, err)
+	t.Cleanup(cl.Stop)
+	for i := range 3 {
+		b.lease(t, fmt.Sprint("op-", i+1))
+	}
+	b.dbClock.Advance(time.Minute)
+	_, err = cl.RunOnce(context.Background())
+	require.NoError(t, err)
+	n := 0
+	for _, s := range b.spans.Ended() {
+		if s.Name() == "seqlease.recover" {
+			n++
+			require.Len(t, s.Events(), 1)
+		}
+	}
+	require.Equal(t, 3, n)
+	got := b.collect(t)
+	require.Equal(t, map[string]int64{"kind=invoice,method=gap,result=success,stream=orders": 3},
+		points(t, got[metrics.NameRecoveryAttempts]))
+	require.Equal(t, map[string]int64{"kind=invoice,method=gap,stream=orders": 3},
+		points(t, got[metrics.NameLeaseExpired]))
+}
+
+// TestCascadeGauge checks that cascade mode shows while it lasts.
+func TestCascadeGauge(t *testing.T) {
+	b := setup(t)
+	c := b.m.Cleanup()
+	c.Cascade(true)
+	require.Equal(t, map[string]int64{"": 1}, points(t, b.collect(t)[metrics.NameCleanupCascadeActive]))
+	c.Cascade(false)
+	require.Equal(t, map[string]int64{"": 0}, points(t, b.collect(t)[metrics.NameCleanupCascadeActive]))
+}
+
+// TestMaxStreams checks that streams beyond the limit share one series and
+// get no gauges.
+func TestMaxStreams(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	m, err := metrics.New(&metrics.Config{MeterProvider: mp, MaxStreams: 2})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, m.Close()) }()
+	ctx := context.Background()
+	for _, s := range []string{"a", "b", "c", "d"} {
+		_, end := m.Leaser().StartLease(ctx, s, "k", 1)
+		end(1, nil)
+	}
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			if mt.Name == metrics.NameLeaseGranted {
+				require.Equal(t, map[string]int64{"kind=k,stream=a": 1, "kind=k,stream=b": 1, "kind=k,stream=_other": 2}, points(t, mt))
+				return
+			}
+		}
+	}
+	t.Fatal("no granted leases")
+}
+
+// TestGapCountInterval checks that the open gap count is reused within the
+// interval and read again after it.
+func TestGapCountInterval(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	clk := &clock{t: time.Unix(1e9, 0)}
+	var mu sync.Mutex
+	calls, open := 0, int64(3)
+	counter := countFunc(func(context.Context, string) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return open, nil
+	})
+	m, err := metrics.New(&metrics.Config{MeterProvider: mp, Gaps: counter, GapCountInterval: time.Minute, Now: clk.Now})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, m.Close()) }()
+	ctx := context.Background()
+	m.Leaser().Released(ctx, "s", "k", nil) // touches the stream
+	gaps := func() map[string]int64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(ctx, &rm))
+		for _, mt := range rm.ScopeMetrics[0].Metrics {
+			if mt.Name == metrics.NameGapOpen {
+				return points(t, mt)
+			}
+		}
+		return nil
+	}
+	require.Equal(t, map[string]int64{"stream=s": 3}, gaps())
+	mu.Lock()
+	open = 5
+	mu.Unlock()
+	clk.Advance(30 * time.Second)
+	require.Equal(t, map[string]int64{"stream=s": 3}, gaps(), "reused within the interval")
+	clk.Advance(30 * time.Second)
+	require.Equal(t, map[string]int64{"stream=s": 5}, gaps())
+	require.Equal(t, 2, calls)
+}
+
+type countFunc func(ctx context.Context, stream string) (int64, error)
+
+func (f countFunc) Count(ctx context.Context, stream string) (int64, error) { return f(ctx, stream) }
+
+// TestNilProviders checks that the global (no-op) providers work: every
+// observer method can be called and nothing panics.
+func TestNilProviders(t *testing.T) {
+	for _, cfg := range []*metrics.Config{nil, {}} {
+		m, err := metrics.New(cfg)
+		require.NoError(t, err)
+		ctx := context.Background()
+		lctx, end := m.Leaser().StartLease(ctx, "s", "k", 2)
+		end(1, nil)
+		_, endErr := m.Leaser().StartLease(ctx, "s", "k", 1)
+		endErr(0, errors.New("down"))
+		cctx, endCommit := m.Leaser().StartCommit(lctx, "s", "k", 1, true)
+		m.Leaser().CommitReady(cctx, "s", "k", time.Millisecond)
+		endCommit(nil)
+		m.Leaser().Released(ctx, "s", "k", nil)
+		m.Leaser().Extended(ctx, "s", "k", nil)
+		c := m.Cleanup()
+		yctx, endCycle := c.StartCycle(ctx)
+		e := store.Entry{Stream: "s", Number: 1, Kind: "k", ExpiresAt: time.Now()}
+		rctx, endRec := c.StartRecovery(yctx, e)
+		c.Step(rctx, e, recovery.MethodGap, recovery.Result{Recovered: true}, nil)
+		endRec(recovery.Result{Recovered: true, Method: recovery.MethodGap}, nil)
+		c.Handled(e, time.Now(), recovery.Result{Recovered: true, Method: recovery.MethodGap}, nil)
+		c.HookFailed(e, errors.New("x"))
+		c.Cascade(true)
+		endCycle(cleanup.CycleResult{Expired: 1}, nil)
+		c.Cycle(cleanup.CycleResult{Expired: 1}, nil)
+		m.Gaps().Filled(ctx, gap.Gap{Stream: "s"})
+		m.NamedLeases().Acquire(ctx, "k", nil)
+		require.NoError(t, m.Close())
+		require.NoError(t, m.Close(), "Close is safe twice")
+	}
+}
+
+// TestConfigErrors checks that bad configuration names its field.
+func TestConfigErrors(t *testing.T) {
+	_, err := metrics.New(&metrics.Config{MaxStreams: -1})
+	require.ErrorContains(t, err, "MaxStreams")
+	_, err = metrics.New(&metrics.Config{GapCountInterval: -1})
+	require.ErrorContains(t, err, "GapCountInterval")
+	_, err = metrics.New(&metrics.Config{QueryTimeout: -1})
+	require.ErrorContains(t, err, "QueryTimeout")
+	_, err = metrics.NewEvaluator(&metrics.EvaluatorConfig{Window: -1})
+	require.ErrorContains(t, err, "Window")
+	_, err = metrics.NewEvaluator(&metrics.EvaluatorConfig{Thresholds: metrics.Thresholds{ExpirationRate: 2}})
+	require.ErrorContains(t, err, "ExpirationRate")
+}
