@@ -183,6 +183,10 @@ func (b *Barrier) refresher(ctx context.Context) {
 		}
 		b.streams.Range(func(k, v any) bool {
 			st := v.(*stream)
+			if all && st.evictIfIdle() {
+				b.streams.CompareAndDelete(k, st)
+				return true
+			}
 			if st.needsRead(all, b.gen.Load()) {
 				qctx, cancel := context.WithTimeout(ctx, b.queryTimeout)
 				b.refresh(qctx, k.(string), st)
@@ -241,12 +245,17 @@ func (b *Barrier) Ready(ctx context.Context, name string, n int64) (<-chan struc
 	if err := b.running(); err != nil {
 		return nil, nil, err
 	}
-	st := b.stream(name)
-	w, stale := st.enqueue(n-1, b.gen.Load())
-	if stale {
-		_ = b.refresh(ctx, name, st) // logged; the poll retries
+	for {
+		st := b.stream(name)
+		w, stale, evicted := st.enqueue(n-1, b.gen.Load())
+		if evicted {
+			continue // the refresher dropped this stream meanwhile: take a fresh one
+		}
+		if stale {
+			_ = b.refresh(ctx, name, st) // logged; the poll retries
+		}
+		return w.ch, func() { st.withdraw(w) }, nil
 	}
-	return w.ch, func() { st.withdraw(w) }, nil
 }
 
 func (b *Barrier) running() error {
@@ -327,6 +336,8 @@ type stream struct {
 	waiters    waiterHeap
 	loading    bool // a snapshot is being read
 	again      bool // another snapshot was asked for meanwhile
+	idle       bool // unused since the last poll tick
+	evicted    bool // dropped from Barrier.streams: take a fresh one
 }
 
 func newStream() *stream {
@@ -336,7 +347,25 @@ func newStream() *stream {
 func (st *stream) watermark() int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.idle = false
 	return st.w
+}
+
+// evictIfIdle reports whether the stream can be dropped, and marks it
+// evicted if so: nobody waited on it, loaded it or asked for its watermark
+// for a whole poll interval. Otherwise it starts a new idle interval. A
+// dropped stream is read afresh (a snapshot) when it is used again, so
+// eviction bounds the barrier's memory by the streams in use without losing
+// anything: the backend remembers every resolution.
+func (st *stream) evictIfIdle() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.idle && len(st.waiters) == 0 && !st.loading {
+		st.evicted = true
+		return true
+	}
+	st.idle = true
+	return false
 }
 
 func (st *stream) isStale(gen uint64) bool {
@@ -454,17 +483,22 @@ func (st *stream) endLoad() (again bool) {
 
 // enqueue registers a waiter for w >= target. The waiter's channel is
 // already closed if the target is reached. stale reports that the caller
-// should read a snapshot.
-func (st *stream) enqueue(target int64, gen uint64) (*waiter, bool) {
-	w := &waiter{target: target, ch: make(chan struct{}), index: -1}
+// should read a snapshot; evicted, that the stream was dropped and the
+// caller must enqueue on a fresh one.
+func (st *stream) enqueue(target int64, gen uint64) (w *waiter, stale, evicted bool) {
+	w = &waiter{target: target, ch: make(chan struct{}), index: -1}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.evicted {
+		return nil, false, true
+	}
+	st.idle = false
 	if target <= st.w {
 		close(w.ch)
-		return w, false
+		return w, false, false
 	}
 	heap.Push(&st.waiters, w)
-	return w, st.gen < gen
+	return w, st.gen < gen, false
 }
 
 // withdraw removes a waiter that is still queued.

@@ -30,16 +30,26 @@
 // arrives on a stream whose snapshot predates the last reset, when the
 // watermark reaches the end of a snapshot that was cut at
 // Config.SnapshotLimit, and on a slow safety poll (Config.PollInterval) for
-// streams that have waiters. W never
-// goes back: a snapshot older than what the barrier heard is merged, not
-// trusted blindly.
+// streams that have waiters. W never goes back: a snapshot older than what
+// the barrier heard is merged, not trusted blindly.
 //
 // # Waking
 //
 // Waiters sit in a min-heap per stream keyed by the watermark they need. An
-// advance pops exactly the waiters whose turn came: waking costs O(woken log
-// waiting), not O(waiting), so a thousand workers parked behind one slow
+// advance pops exactly the waiters whose turn came: waking costs O(woken ·
+// log waiting), not O(waiting), so a thousand workers parked behind one slow
 // entry are not all woken by every unrelated resolution.
+//
+// # Memory
+//
+// A stream's state lives while it is used. On each safety poll the refresher
+// drops the streams that had no waiter, no snapshot being read and no
+// Watermark call during a whole poll interval; a dropped stream that is used
+// again starts from a fresh snapshot, so nothing is lost (the backend keeps
+// every resolution) and W still never goes back for any caller. Memory is
+// thus bounded by the streams in use, not by every stream ever seen. A waiter
+// that races the eviction finds the stream marked evicted under its lock and
+// enqueues on a fresh one.
 //
 // # Lifecycle
 //

@@ -93,8 +93,17 @@
 // multi-statement Exec, which PostgreSQL wraps in an implicit transaction,
 // but it does not verify checksums.
 //
-// goose cannot use these files as they are: goose wants one file per
-// version with "-- +goose Up" and "-- +goose Down" annotations. Converting
-// means concatenating each pair under those annotations (Migrations gives
-// both halves).
+// goose wants one file per version with "-- +goose Up" and "-- +goose Down"
+// annotations, so the same migrations ship a second time in that shape in
+// migrations/goose (Migration.Goose writes them; a test keeps them equal to
+// sql/ and applies them the way goose splits statements). As with
+// golang-migrate, create the schema first, put it in search_path, and let
+// goose keep its own table:
+//
+//	psql "$URL" -c 'CREATE SCHEMA IF NOT EXISTS seqlease'
+//	goose -dir migrations/goose -table seqlease_goose_db_version \
+//	    postgres 'postgres://user@host:5432/db?search_path=seqlease' up
+//
+// Whichever tool applies them, the checksums recorded by Up are this
+// package's own: pick one runner per database.
 package migrations

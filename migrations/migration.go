@@ -41,6 +41,17 @@ type Migration struct {
 // String returns the migration's file stem, e.g. "000001_streams_entries".
 func (m Migration) String() string { return fmt.Sprintf("%06d_%s", m.Version, m.Name) }
 
+// Goose returns the migration as one file in goose's format: Up under
+// "-- +goose Up" and Down under "-- +goose Down". The files in
+// migrations/goose are these texts (a test keeps them equal), for teams that
+// apply their schema with goose. The SQL has no statement that needs goose's
+// StatementBegin/End: every statement ends with a semicolon at the end of a
+// line.
+func (m Migration) Goose() string {
+	return "-- " + m.String() + ": generated from sql/" + m.String() + ".{up,down}.sql by migrations.Migration.Goose; do not edit.\n" +
+		"-- +goose Up\n" + m.Up + "\n-- +goose Down\n" + m.Down
+}
+
 // Migrations returns the migrations embedded in this binary, in version
 // order. The slice is a copy; callers may keep or modify it.
 func Migrations() []Migration { return slices.Clone(embedded) }

@@ -14,6 +14,14 @@ import (
 // Barrier.
 var ErrNoBarrier = errors.New("sequence: ordered commit needs Config.Barrier")
 
+// ErrCommitInProgress is returned by a Commit of a handle while another
+// Commit of the same handle is still running.
+var ErrCommitInProgress = errors.New("sequence: a commit of this lease is in progress")
+
+// errOver completes a wait whose lease ended locally (its local deadline
+// passed or its keep-alive lost it) before its turn came.
+var errOver = errors.New("sequence: lease over while waiting")
+
 // errRequeue completes a group item that could not commit yet because an
 // earlier item of its group failed: its caller goes back to waiting.
 var errRequeue = errors.New("sequence: requeued")
@@ -58,14 +66,14 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
 	}
-	switch err := x.Err(); {
-	case errors.Is(err, ErrCommitted):
-		return nil // this handle committed it already
-	case errors.Is(err, ErrReleased):
-		return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
+	if done, err := x.resolvedLocally(); done {
+		return err
 	}
 	ctx, end := l.observer.StartCommit(ctx, x.stream, x.kind, x.number, true)
 	defer func() { end(err) }()
+	if x.Err() != nil {
+		return x.commitOver(ctx, payload, fn)
+	}
 	parked := l.now()
 	c := l.committer(x.stream)
 	for {
@@ -73,16 +81,57 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err 
 		c.mu.Lock()
 		if _, dup := c.parked[x.number]; dup {
 			c.mu.Unlock()
-			return fmt.Errorf("sequence: commit %s/%d: already committing", x.stream, x.number)
+			return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, ErrCommitInProgress)
 		}
 		c.parked[x.number] = it
 		c.mu.Unlock()
 
 		err := c.wait(ctx, l, it)
-		if !errors.Is(err, errRequeue) {
-			return err
+		switch {
+		case errors.Is(err, errRequeue):
+			continue
+		case errors.Is(err, errOver):
+			if done, err := x.resolvedLocally(); done {
+				return err
+			}
+			return x.commitOver(ctx, payload, fn)
 		}
+		return err
 	}
+}
+
+// resolvedLocally reports whether this handle already resolved the number,
+// and what a Commit then returns: nil after a commit, an error after a
+// release.
+func (x *Lease) resolvedLocally() (bool, error) {
+	switch err := x.Err(); {
+	case errors.Is(err, ErrCommitted):
+		return true, nil
+	case errors.Is(err, ErrReleased):
+		return true, fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
+	}
+	return false, nil
+}
+
+// commitOver is the commit of a lease that is over by the holder's local
+// estimate: the database decides, in one ordered attempt without waiting at
+// the barrier. It reports success when an earlier attempt whose outcome was
+// unknown had committed (I7), and ErrExpired when the number cannot commit
+// now (expired, or earlier numbers still unresolved).
+func (x *Lease) commitOver(ctx context.Context, payload []byte, fn any) error {
+	item := store.CommitItem{Number: x.number, Token: x.token, Payload: payload, Func: fn}
+	results, err := x.leaser.store.CommitBatch(ctx, x.stream, []store.CommitItem{item}, &store.CommitBatchParams{Ordered: true})
+	if err == nil {
+		err = results[0].Err
+	}
+	switch {
+	case err == nil:
+		x.resolved(ErrCommitted)
+		return nil
+	case errors.Is(err, store.ErrNotReady):
+		return fmt.Errorf("sequence: commit %s/%d: %w while waiting for earlier numbers", x.stream, x.number, ErrExpired)
+	}
+	return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
 }
 
 // wait parks it until its turn comes (then leads a group), another leader
@@ -110,7 +159,7 @@ func (c *committer) wait(ctx context.Context, l *Leaser, it *commitItem) error {
 			return it.err
 		case <-x.lost:
 			if c.unpark(it) {
-				return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, x.lostErr())
+				return errOver
 			}
 		case <-deadline.C:
 			if left := x.Remaining(); left > 0 { // extended meanwhile
@@ -118,7 +167,7 @@ func (c *committer) wait(ctx context.Context, l *Leaser, it *commitItem) error {
 				continue
 			}
 			if c.unpark(it) {
-				return fmt.Errorf("sequence: commit %s/%d: %w while waiting for earlier numbers", x.stream, x.number, ErrExpired)
+				return errOver
 			}
 		case <-ctx.Done():
 			if c.unpark(it) {

@@ -21,7 +21,6 @@ var ErrLost = errors.New("sequence: lease lost")
 const (
 	DefaultRenewShare = 0.6
 	DefaultMaxJitter  = time.Second
-	DefaultMaxMargin  = time.Second
 )
 
 // KeepAliveOpts configure KeepAlive. A nil *KeepAliveOpts means the defaults;
@@ -34,13 +33,9 @@ type KeepAliveOpts struct {
 	// Default: DefaultRenewShare (0.6).
 	RenewShare float64
 	// MaxJitter bounds the random delay added to each renewal, so many
-	// holders do not renew in step. Default: the smaller of
-	// DefaultMaxJitter (1 s) and a tenth of the TTL.
+	// holders do not renew in step; at most a tenth of the TTL. Default: the
+	// smaller of DefaultMaxJitter (1 s) and a tenth of the TTL.
 	MaxJitter time.Duration
-	// Margin is how long before the local deadline the lease counts as lost
-	// when renewals keep failing. Default: the smaller of DefaultMaxMargin
-	// (1 s) and a tenth of the TTL.
-	Margin time.Duration
 }
 
 // keepAlive is the running renewal loop of one lease.
@@ -51,9 +46,10 @@ type keepAlive struct {
 
 // KeepAlive starts renewing the lease in the background: at RenewShare of the
 // TTL plus jitter, on the monotonic clock, with transient errors retried
-// (exponential backoff) until the local deadline minus Margin. If the lease
-// cannot be proven held by then, or the database refuses a renewal, Done
-// closes and Err says why (ErrLost, ErrExpired, ...). The loop stops when the
+// (exponential backoff) until the local deadline (Remaining; it includes
+// Config.Margin). If the lease cannot be proven held by then, Done closes and
+// Err is ErrLost wrapping the last renewal error; if the database refuses a
+// renewal, Err says why (ErrExpired, ...). The loop stops when the
 // lease is committed or released, or on StopKeepAlive. Calling KeepAlive
 // again while it runs does nothing; after StopKeepAlive it starts anew.
 func (x *Lease) KeepAlive(opts *KeepAliveOpts) error {
@@ -68,11 +64,10 @@ func (x *Lease) KeepAlive(opts *KeepAliveOpts) error {
 	if share <= 0 || share >= 1 {
 		return fmt.Errorf("sequence: keep-alive %s/%d: %w: RenewShare %v must be in (0, 1)", x.stream, x.number, ErrInvalidArgument, share)
 	}
-	if opts.MaxJitter < 0 || opts.Margin < 0 {
-		return fmt.Errorf("sequence: keep-alive %s/%d: %w: negative MaxJitter or Margin", x.stream, x.number, ErrInvalidArgument)
+	if opts.MaxJitter < 0 || opts.MaxJitter > ttl/10 {
+		return fmt.Errorf("sequence: keep-alive %s/%d: %w: MaxJitter %v must be in [0, TTL/10]", x.stream, x.number, ErrInvalidArgument, opts.MaxJitter)
 	}
 	jitter := cmp.Or(opts.MaxJitter, min(DefaultMaxJitter, ttl/10))
-	margin := cmp.Or(opts.Margin, min(DefaultMaxMargin, ttl/10))
 
 	if err := x.Err(); err != nil {
 		return err
@@ -88,7 +83,7 @@ func (x *Lease) KeepAlive(opts *KeepAliveOpts) error {
 	x.keepAlive = k
 	go func() {
 		defer close(k.done)
-		x.renewLoop(ctx, ttl, share, jitter, margin)
+		x.renewLoop(ctx, ttl, share, jitter)
 	}()
 	return nil
 }
@@ -119,12 +114,12 @@ func (x *Lease) leasedTTL() time.Duration {
 	return x.expiresAt.Sub(x.leasedAt)
 }
 
-func (x *Lease) renewLoop(ctx context.Context, ttl time.Duration, share float64, jitter, margin time.Duration) {
+func (x *Lease) renewLoop(ctx context.Context, ttl time.Duration, share float64, jitter time.Duration) {
 	wait := time.NewTimer(0)
 	defer wait.Stop()
 	for {
 		pause := time.Duration(float64(ttl)*share) + rand.N(jitter+1)
-		pause = min(pause, max(x.Remaining()-margin, 0))
+		pause = min(pause, x.Remaining())
 		wait.Reset(pause)
 		select {
 		case <-ctx.Done():
@@ -133,7 +128,7 @@ func (x *Lease) renewLoop(ctx context.Context, ttl time.Duration, share float64,
 			return
 		case <-wait.C:
 		}
-		if err := x.renew(ctx, ttl, margin); err != nil {
+		if err := x.renew(ctx, ttl); err != nil {
 			if ctx.Err() == nil {
 				x.end(err)
 			}
@@ -143,9 +138,9 @@ func (x *Lease) renewLoop(ctx context.Context, ttl time.Duration, share float64,
 }
 
 // renew extends the lease, retrying transient errors until the local
-// deadline minus margin.
-func (x *Lease) renew(ctx context.Context, ttl, margin time.Duration) error {
-	left := x.Remaining() - margin
+// deadline.
+func (x *Lease) renew(ctx context.Context, ttl time.Duration) error {
+	left := x.Remaining()
 	if left <= 0 {
 		return fmt.Errorf("%w: no time left to renew", ErrLost)
 	}
@@ -160,6 +155,9 @@ func (x *Lease) renew(ctx context.Context, ttl, margin time.Duration) error {
 		if last == nil || store.IsInvalid(last) || isFinal(last) {
 			return backoff.Permanent(last)
 		}
+		x.mu.Lock()
+		x.renewErr = last
+		x.mu.Unlock()
 		return last
 	}, backoff.WithContext(bo, rctx))
 	switch {

@@ -33,6 +33,7 @@ type Lease struct {
 	ctx           context.Context
 	cancelCtx     context.CancelCauseFunc
 	keepAlive     *keepAlive
+	renewErr      error // the keep-alive's last failed renewal, if any
 
 	lost     chan struct{} // closed when the lease is over
 	lostOnce sync.Once
@@ -67,8 +68,10 @@ func (x *Lease) ExpiresAt() time.Time {
 }
 
 // Remaining returns how long the holder can count on the lease, by the local
-// monotonic clock: never more than the database would allow. Zero once the
-// lease may have expired.
+// monotonic clock: the time to its local deadline, which is the moment of the
+// lease request plus the TTL the database granted, minus Config.Margin, so
+// never more than the database would allow. Zero once the lease may have
+// expired.
 func (x *Lease) Remaining() time.Duration {
 	x.mu.Lock()
 	deadline := x.localDeadline
@@ -120,7 +123,10 @@ func (x *Lease) Err() error {
 	}
 	// The deadline passed, and no timer may be armed to notice (Done and
 	// Context arm it): end the lease now, so Err, Done and Context agree.
-	x.end(ErrExpired)
+	x.mu.Lock()
+	cause := x.expiredCauseLocked()
+	x.mu.Unlock()
+	x.end(cause)
 	return x.over()
 }
 
@@ -152,33 +158,40 @@ func (x *Lease) deadlinePassed() {
 		x.mu.Unlock()
 		return
 	}
+	cause := x.expiredCauseLocked()
 	x.mu.Unlock()
-	x.end(ErrExpired)
+	x.end(cause)
 }
 
-// end closes Done with cause, once.
+// expiredCauseLocked is why a lease whose local deadline passed is over:
+// ErrLost with the last renewal error while a keep-alive was trying to renew
+// it, else ErrExpired. x.mu must be held.
+func (x *Lease) expiredCauseLocked() error {
+	if x.keepAlive != nil {
+		if x.renewErr != nil {
+			return fmt.Errorf("%w: not renewed before the local deadline: %w", ErrLost, x.renewErr)
+		}
+		return fmt.Errorf("%w: not renewed before the local deadline", ErrLost)
+	}
+	return ErrExpired
+}
+
+// end closes Done and cancels Context with cause, once. Both happen under
+// x.mu after the cause is set, so whoever sees either end finds Err, Done and
+// the context's cause in agreement.
 func (x *Lease) end(cause error) {
 	x.lostOnce.Do(func() {
 		x.mu.Lock()
+		defer x.mu.Unlock()
 		x.cause = cause
 		if x.timer != nil {
 			x.timer.Stop()
 		}
-		close(x.lost) // before the context: whoever sees it end finds Err set
-		cancel := x.cancelCtx
-		x.mu.Unlock()
-		if cancel != nil {
-			cancel(cause)
+		if x.cancelCtx != nil {
+			x.cancelCtx(cause)
 		}
+		close(x.lost)
 	})
-}
-
-// lostErr is the reason the lease is over, for errors of later calls.
-func (x *Lease) lostErr() error {
-	if err := x.Err(); err != nil {
-		return err
-	}
-	return ErrExpired
 }
 
 // finish ends the lease after its holder resolved it, and stops its
@@ -197,10 +210,12 @@ func (x *Lease) finish(cause error) {
 // It fails, changing nothing, with ErrExpired if the lease expires (by the
 // database clock, or by the holder's conservative local estimate while it
 // waits), ErrReleased after Release, ErrPayloadTooLarge above
-// Config.MaxPayload, and the context's error if ctx ends while it waits.
+// Config.MaxPayload, ErrCommitInProgress while another Commit of the same
+// handle runs, and the context's error if ctx ends while it waits.
 // Calling it again after it succeeded, or after an error whose outcome is
 // unknown (a lost connection), reports success exactly when the number is
-// committed with this lease's token (I7).
+// committed with this lease's token (I7), also once the lease is over by the
+// local estimate: then the database is asked, and it decides.
 func (x *Lease) Commit(ctx context.Context, payload []byte) error {
 	if err := x.checkPayload(payload); err != nil {
 		return err
@@ -220,6 +235,10 @@ func (x *Lease) Commit(ctx context.Context, payload []byte) error {
 //
 // If fn fails, nothing of this commit persists and CommitTx returns fn's
 // error; other commits grouped into the same transaction are not affected.
+// fn's context carries ctx's values, but since the transaction may be shared
+// with other commits (group commit), it is not cancelled when ctx ends: it
+// ends after Config.WriteTimeout. fn runs at most once per successful commit;
+// a retry of a commit that already took effect does not run it again.
 // The memory backend has no transactions: it fails with store.ErrUnsupported.
 func CommitTx[T any](ctx context.Context, x *Lease, payload []byte, fn func(context.Context, T) error) error {
 	if err := x.checkPayload(payload); err != nil {
@@ -228,8 +247,20 @@ func CommitTx[T any](ctx context.Context, x *Lease, payload []byte, fn func(cont
 	if fn == nil {
 		return fmt.Errorf("sequence: commit %s/%d: %w: nil function", x.stream, x.number, ErrInvalidArgument)
 	}
-	return x.commitOrdered(ctx, payload, fn)
+	withValues := func(txCtx context.Context, tx T) error {
+		return fn(valuesOf{Context: txCtx, values: ctx}, tx)
+	}
+	return x.commitOrdered(ctx, payload, withValues)
 }
+
+// valuesOf is a context whose deadline and cancellation are Context's and
+// whose values are those of values.
+type valuesOf struct {
+	context.Context
+	values context.Context
+}
+
+func (c valuesOf) Value(key any) any { return c.values.Value(key) }
 
 // Complete commits this number without waiting for earlier ones, for
 // pipelines that need ordered reading but not ordered side effects (an outbox
@@ -294,6 +325,6 @@ func (x *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.expiresAt = expiresAt
-	x.localDeadline = start.Add(expiresAt.Sub(now))
+	x.localDeadline = x.leaser.localDeadline(start, now, expiresAt)
 	return nil
 }

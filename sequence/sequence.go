@@ -43,6 +43,7 @@ const (
 	DefaultMaxGroup      = 128
 	DefaultMaxLeaseBatch = 1000
 	DefaultWriteTimeout  = 30 * time.Second
+	DefaultMaxMargin     = time.Second
 )
 
 // Config configures a Leaser. A nil *Config means the defaults; so does the
@@ -53,7 +54,7 @@ type Config struct {
 	// Release and Extend work without it.
 	Barrier Waiter
 	// DefaultTTL is the lease duration when a call names none.
-	// Default: DefaultTTL (30 s).
+	// Default: DefaultTTL (30 s), or MaxTTL if that is shorter.
 	DefaultTTL time.Duration
 	// MaxTTL is the longest lease a call may ask for, at most store.MaxTTL.
 	// Default: DefaultMaxTTL (1 h).
@@ -80,6 +81,14 @@ type Config struct {
 	// commit), which runs on behalf of several callers and so does not end
 	// with any one caller's context. Default: DefaultWriteTimeout (30 s).
 	WriteTimeout time.Duration
+	// Margin is how much earlier than the database a lease counts as over on
+	// the holder's side (Remaining, IsExpired, Done, Context): its local
+	// deadline is the moment of the request plus the granted TTL, minus
+	// Margin, so a holder stops before the database could give the number to
+	// the cleanup loop even if the clocks' rates differ a little.
+	// Default: the smaller of DefaultMaxMargin (1 s) and a tenth of the
+	// lease's TTL.
+	Margin time.Duration
 	// Now is the local clock for the holder's own deadline estimates; it
 	// must carry a monotonic reading. Default: time.Now.
 	Now func() time.Time
@@ -101,6 +110,7 @@ type Leaser struct {
 	groupDelay    time.Duration
 	maxLeaseBatch int
 	writeTimeout  time.Duration
+	margin        time.Duration
 	now           func() time.Time
 	observer      Observer
 
@@ -118,10 +128,14 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
+	defaultTTL := cfg.DefaultTTL
+	if defaultTTL == 0 && cfg.MaxTTL > 0 {
+		defaultTTL = min(DefaultTTL, cfg.MaxTTL) // a short MaxTTL alone is fine
+	}
 	l := &Leaser{
 		store:         s,
 		barrier:       cfg.Barrier,
-		defaultTTL:    cmp.Or(cfg.DefaultTTL, DefaultTTL),
+		defaultTTL:    cmp.Or(defaultTTL, DefaultTTL),
 		maxTTL:        cmp.Or(cfg.MaxTTL, DefaultMaxTTL),
 		maxPayload:    cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
 		owner:         cfg.Owner,
@@ -129,6 +143,7 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		groupDelay:    cfg.GroupDelay,
 		maxLeaseBatch: cmp.Or(cfg.MaxLeaseBatch, DefaultMaxLeaseBatch),
 		writeTimeout:  cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
+		margin:        cfg.Margin,
 		now:           cfg.Now,
 		observer:      cfg.Observer,
 	}
@@ -147,6 +162,8 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		return nil, fmt.Errorf("sequence: Config.MaxLeaseBatch %d must be in 0..%d", cfg.MaxLeaseBatch, store.MaxBatch)
 	case l.writeTimeout < 0:
 		return nil, fmt.Errorf("sequence: Config.WriteTimeout %v must not be negative", cfg.WriteTimeout)
+	case l.margin < 0 || l.margin >= l.maxTTL:
+		return nil, fmt.Errorf("sequence: Config.Margin %v must be in [0, MaxTTL %v)", cfg.Margin, l.maxTTL)
 	}
 	if err := store.ValidateText("owner", l.owner); err != nil {
 		return nil, fmt.Errorf("sequence: Config.Owner: %w", err)
@@ -242,9 +259,21 @@ func (l *Leaser) handle(e *store.Entry, start time.Time) *Lease {
 		kind:          e.Kind,
 		leasedAt:      e.LeasedAt,
 		expiresAt:     e.ExpiresAt,
-		localDeadline: start.Add(e.ExpiresAt.Sub(e.LeasedAt)),
+		localDeadline: l.localDeadline(start, e.LeasedAt, e.ExpiresAt),
 		lost:          make(chan struct{}),
 	}
+}
+
+// localDeadline is the holder's conservative estimate of a lease's end on
+// the local monotonic clock: the moment the request started (start) plus the
+// TTL the database granted at now, minus the safety margin.
+func (l *Leaser) localDeadline(start, now, expiresAt time.Time) time.Time {
+	ttl := expiresAt.Sub(now)
+	margin := l.margin
+	if margin == 0 {
+		margin = min(DefaultMaxMargin, ttl/10)
+	}
+	return start.Add(ttl - min(margin, ttl))
 }
 
 // DefaultTTL returns the lease duration used when a call names none:

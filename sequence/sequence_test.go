@@ -204,6 +204,76 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestRefusedHoldings lists the calls on a holding that are refused with a
+// typed error (a foreign or malformed token, a commit after release or after
+// expiry) and the double commit that succeeds once and then reports the same
+// outcome; afterwards the ledger shows that no refusal changed anything.
+func TestRefusedHoldings(t *testing.T) {
+	t.Parallel()
+	for name, s := range realBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			l, _ := leaserOn(t, s, sequence.Config{})
+			xs, err := l.LeaseN(ctx, "held", 3, &sequence.LeaseOpts{TTL: time.Minute})
+			require.NoError(t, err)
+			committed, released, open := xs[0], xs[1], xs[2]
+			expiring, err := l.Lease(ctx, "held", &sequence.LeaseOpts{TTL: 50 * time.Millisecond})
+			require.NoError(t, err)
+			require.NoError(t, committed.Commit(ctx, []byte("once")))
+			require.NoError(t, released.Release(ctx))
+			waitExpired(t, s, "held", expiring.Number())
+
+			cases := []struct {
+				name string
+				call func() error
+				want error // nil: succeeds
+			}{
+				{"foreign token", func() error {
+					_, err := s.Commit(ctx, "held", open.Number(), store.NewToken(), nil)
+					return err
+				}, sequence.ErrTokenMismatch},
+				{"foreign token release", func() error {
+					return s.Release(ctx, "held", open.Number(), store.NewToken(), nil)
+				}, sequence.ErrTokenMismatch},
+				{"zero token", func() error {
+					_, err := s.Commit(ctx, "held", open.Number(), store.Token{}, nil)
+					return err
+				}, store.ErrInvalidToken},
+				{"malformed token", func() error { _, err := store.ParseToken("not-a-token"); return err }, store.ErrInvalidToken},
+				{"number never handed out", func() error {
+					_, err := s.Commit(ctx, "held", 99, open.Token(), nil)
+					return err
+				}, sequence.ErrNotFound},
+				{"commit after release", func() error { return released.Commit(ctx, []byte("x")) }, sequence.ErrReleased},
+				{"commit after expiry", func() error { return expiring.Commit(ctx, []byte("x")) }, sequence.ErrExpired},
+				{"extend after expiry", func() error { return expiring.Extend(ctx, time.Minute) }, sequence.ErrExpired},
+				{"release a committed number", func() error { return committed.Release(ctx) }, sequence.ErrCommitted},
+				{"double commit, same outcome", func() error { return committed.Commit(ctx, []byte("once")) }, nil},
+				{"double release, same outcome", func() error { return released.Release(ctx) }, nil},
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					err := c.call()
+					if c.want == nil {
+						require.NoError(t, err)
+						return
+					}
+					require.ErrorIs(t, err, c.want)
+				})
+			}
+			es := readAll(t, s, "held")
+			require.Len(t, es, 4, "nothing leased")
+			require.Equal(t, store.Committed, es[0].State)
+			require.Equal(t, []byte("once"), es[0].Payload, "committed once, never overwritten")
+			require.Equal(t, store.Gap, es[1].State)
+			require.Equal(t, store.ReasonReleased, es[1].GapReason)
+			require.Equal(t, store.Leased, es[2].State, "untouched by the foreign tokens")
+			require.Equal(t, store.Leased, es[3].State, "a refused late commit changes nothing")
+			require.NoError(t, open.Commit(ctx, []byte("still mine")))
+		})
+	}
+}
+
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	s := memory.New(nil)

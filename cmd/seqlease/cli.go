@@ -16,10 +16,15 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/seqlease/seqlease/audit"
 	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
 )
+
+// errFlag wraps an error of the flag package, which has printed it: exit
+// code 2.
+var errFlag = errors.New("bad flag")
 
 // usageError is a mistake on the command line: exit code 2.
 type usageError struct{ msg string }
@@ -46,6 +51,10 @@ commands:
   gaps STREAM              open gaps with reasons (-limit K)
   trim STREAM BELOW        remove resolved entries below BELOW (never unresolved ones)
   watch STREAM             the watermark and the lag, live (-interval D, -count N)
+  audit STREAM             check the ledger against I1, I2, I4 and I6 (-ordered, -max-unresolved D);
+                           exit 1 on a violation
+  leases                   live named leases: holder, fence, expiry (-owner O, -held-for D)
+  force-release OWNER      end every named lease OWNER holds (a crashed agent's)
 
 The connection comes from -dsn, else DATABASE_URL, else the PG* environment variables.
 `
@@ -66,6 +75,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 		return 2
 	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case errors.Is(err, errFlag):
+		return 2 // the flag package printed the error and the usage
 	}
 	fmt.Fprintf(errOut, "seqlease: %v\n", err)
 	return 1
@@ -88,7 +99,7 @@ func (c *cli) flags(name string) *flag.FlagSet {
 
 func (c *cli) run(ctx context.Context, args []string) error {
 	global := c.flags("seqlease")
-	if err := global.Parse(args); err != nil {
+	if err := parse(global, args); err != nil {
 		return err
 	}
 	args = global.Args()
@@ -109,6 +120,12 @@ func (c *cli) run(ctx context.Context, args []string) error {
 		return c.trim(ctx, args)
 	case "watch":
 		return c.watch(ctx, args)
+	case "audit":
+		return c.audit(ctx, args)
+	case "leases":
+		return c.leases(ctx, args)
+	case "force-release":
+		return c.forceRelease(ctx, args)
 	case "help":
 		fmt.Fprint(c.out, usage)
 		return nil
@@ -148,13 +165,26 @@ func (c *cli) connect(ctx context.Context) error {
 	return err
 }
 
+// parse parses args with fs, marking the flag package's own errors (which
+// it has printed with the usage) for exit code 2.
+func parse(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		return fmt.Errorf("%w: %w", errFlag, err)
+	}
+	return err
+}
+
 // explain turns store errors into operator advice.
 func (c *cli) explain(err error, stream string) error {
+	var te *store.TrimmedError
 	switch {
 	case errors.Is(err, postgres.ErrSchemaMissing):
 		return fmt.Errorf("schema %q is not migrated: run `seqlease -schema %s migrate up` (%w)", c.schema, c.schema, err)
 	case errors.Is(err, store.ErrStreamNotFound):
 		return fmt.Errorf("unknown stream %q in schema %q (`seqlease streams` lists them)", stream, c.schema)
+	case errors.As(err, &te):
+		return fmt.Errorf("entries of %q below %d were trimmed; start at -from %d", stream, te.LowPoint, te.LowPoint)
 	}
 	return err
 }
@@ -191,7 +221,10 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		return usagef("migrate needs up, down or status")
 	}
 	action := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
+	if action != "up" && action != "down" && action != "status" {
+		return usagef("migrate: unknown action %q", action)
+	}
+	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -217,11 +250,11 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		}
 		rows := make([][]string, len(st))
 		for i, s := range st {
-			applied := "pending"
+			applied, checksum := "pending", "-"
 			if s.Applied {
-				applied = s.AppliedAt.Format(time.RFC3339)
+				applied, checksum = s.AppliedAt.Format(time.RFC3339), strconv.FormatBool(s.ChecksumOK)
 			}
-			rows[i] = []string{strconv.Itoa(s.Version), s.Name, applied, strconv.FormatBool(s.ChecksumOK), strconv.FormatBool(s.Known)}
+			rows[i] = []string{strconv.Itoa(s.Version), s.Name, applied, checksum, strconv.FormatBool(s.Known)}
 		}
 		return c.emit(st, []string{"VERSION", "NAME", "APPLIED", "CHECKSUM OK", "KNOWN"}, rows)
 	default:
@@ -255,7 +288,7 @@ type streamRow struct {
 
 func (c *cli) streams(ctx context.Context, args []string) error {
 	fs := c.flags("streams")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := c.connect(ctx); err != nil {
@@ -371,7 +404,7 @@ func (c *cli) emitEntries(es []store.Entry) error {
 func (c *cli) streamArgs(fs *flag.FlagSet, args []string, want int, names string) ([]string, error) {
 	var pos []string
 	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
+		if err := parse(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
@@ -500,4 +533,132 @@ func (c *cli) watch(ctx context.Context, args []string) error {
 		last = st.Watermark
 	}
 	return nil
+}
+
+func (c *cli) audit(ctx context.Context, args []string) error {
+	fs := c.flags("audit")
+	ordered := fs.Bool("ordered", false, "also check I4: the stream is written with ordered commits only")
+	maxUnresolved := fs.Duration("max-unresolved", 0, "also check I6: no lease unresolved longer than this past its expiry (e.g. the cleanup interval plus a cycle)")
+	pos, err := c.streamArgs(fs, args, 1, "STREAM")
+	if err != nil {
+		return err
+	}
+	if *maxUnresolved < 0 {
+		return usagef("audit: -max-unresolved must not be negative")
+	}
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	opts := &audit.Options{Ordered: *ordered, MaxUnresolved: *maxUnresolved}
+	if *maxUnresolved > 0 {
+		if opts.Now, err = c.store.Now(ctx); err != nil {
+			return c.explain(err, pos[0])
+		}
+	}
+	if _, err := c.store.Stats(ctx, pos[0]); err != nil {
+		return c.explain(err, pos[0])
+	}
+	r, err := audit.Stream(ctx, c.store, pos[0], opts)
+	if err != nil {
+		return c.explain(err, pos[0])
+	}
+	rows := [][]string{{"entries", fmt.Sprintf("%d..%d", r.LowPoint, r.Last)},
+		{"committed", fmt.Sprint(r.Committed)}, {"gaps", fmt.Sprint(r.Gaps)}, {"leased", fmt.Sprint(r.Leased)},
+		{"recovered", fmt.Sprint(r.Recovered)}, {"filled", fmt.Sprint(r.Filled)}}
+	for _, ch := range r.Checks {
+		rows = append(rows, []string{"checked", ch})
+	}
+	for _, v := range r.Violations {
+		rows = append(rows, []string{"VIOLATION", v.String()})
+	}
+	if err := c.emit(r, []string{"AUDIT", pos[0]}, rows); err != nil {
+		return err
+	}
+	if !r.OK() {
+		return fmt.Errorf("audit of %q found %d violations", pos[0], len(r.Violations))
+	}
+	return nil
+}
+
+// leaseRow is one line of `leases`.
+type leaseRow struct {
+	Name       string    `json:"name"`
+	Owner      string    `json:"owner"`
+	Fence      int64     `json:"fence"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	Renewals   int       `json:"renewals"`
+}
+
+func (c *cli) leases(ctx context.Context, args []string) error {
+	fs := c.flags("leases")
+	owner := fs.String("owner", "", "only this owner's leases")
+	heldFor := fs.Duration("held-for", 0, "only leases held at least this long (long-held leases)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("leases: unexpected %q", fs.Arg(0))
+	}
+	if *heldFor < 0 {
+		return usagef("leases: -held-for must not be negative")
+	}
+	if *owner != "" {
+		if err := store.ValidateLeaseOwner(*owner); err != nil {
+			return usagef("leases: -owner: %v", err)
+		}
+	}
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	now, err := c.store.Now(ctx)
+	if err != nil {
+		return c.explain(err, "")
+	}
+	var out []leaseRow
+	var rows [][]string
+	for after := ""; ; {
+		ls, err := c.store.ListLeases(ctx, &store.ListLeasesParams{Owner: *owner, HeldFor: *heldFor, AfterName: after, Limit: store.MaxListLimit})
+		if err != nil {
+			return c.explain(err, "")
+		}
+		for _, l := range ls {
+			out = append(out, leaseRow{l.Name, l.Owner, l.Fence, l.AcquiredAt, l.ExpiresAt, l.Renewals})
+			rows = append(rows, []string{l.Name, l.Owner, fmt.Sprint(l.Fence), now.Sub(l.AcquiredAt).Round(time.Millisecond).String(),
+				l.ExpiresAt.Sub(now).Round(time.Millisecond).String(), fmt.Sprint(l.Renewals)})
+		}
+		if len(ls) < store.MaxListLimit {
+			break
+		}
+		after = ls[len(ls)-1].Name
+	}
+	return c.emit(out, []string{"NAME", "OWNER", "FENCE", "HELD FOR", "EXPIRES IN", "RENEWALS"}, rows)
+}
+
+func (c *cli) forceRelease(ctx context.Context, args []string) error {
+	fs := c.flags("force-release")
+	pos, err := c.streamArgs(fs, args, 1, "OWNER")
+	if err != nil {
+		return err
+	}
+	if err := store.ValidateLeaseOwner(pos[0]); err != nil {
+		return usagef("force-release: OWNER: %v", err)
+	}
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	ended, err := c.store.ForceReleaseLeases(ctx, pos[0], nil)
+	if err != nil {
+		return c.explain(err, "")
+	}
+	out := make([]leaseRow, len(ended))
+	rows := make([][]string, len(ended))
+	for i, l := range ended {
+		out[i] = leaseRow{l.Name, l.Owner, l.Fence, l.AcquiredAt, l.ExpiresAt, l.Renewals}
+		rows[i] = []string{l.Name, fmt.Sprint(l.Fence), "force-released"}
+	}
+	if len(rows) == 0 {
+		rows = [][]string{{"-", "-", "no live lease held by " + pos[0]}}
+	}
+	return c.emit(out, []string{"NAME", "FENCE", "RESULT"}, rows)
 }

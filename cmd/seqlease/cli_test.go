@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/internal/pgtest"
@@ -86,6 +87,17 @@ func TestEndToEnd(t *testing.T) {
 	require.Len(t, gaps, 3)
 	require.Equal(t, moved, gaps[2].RecoveredAs)
 
+	code, out, _ = seqlease(t, "-schema", schema, "audit", "orders", "-ordered")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "I1 dense")
+	require.Contains(t, out, "I4 ordered commits")
+	require.NotContains(t, out, "VIOLATION")
+	code, _, errOut = seqlease(t, "-schema", schema, "audit", "orders", "-max-unresolved", "1h")
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut = seqlease(t, "-schema", schema, "audit", "nope")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, errOut, `unknown stream "nope"`)
+
 	code, out, _ = seqlease(t, "-schema", schema, "watch", "orders", "-count", "2", "-interval", "10ms")
 	require.Equal(t, 0, code)
 	require.Equal(t, 2, strings.Count(out, "watermark 4"), out)
@@ -110,6 +122,66 @@ func TestEndToEnd(t *testing.T) {
 	require.Contains(t, out, "pending")
 }
 
+// TestAuditFindsDamage damages a ledger behind the library's back and checks
+// that `audit` reports it and exits 1.
+func TestAuditFindsDamage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	es, err := s.Lease(ctx, "s", []store.LeaseRequest{{TTL: time.Minute}, {TTL: time.Minute}, {TTL: time.Minute}}, nil)
+	require.NoError(t, err)
+	for _, e := range es {
+		_, err := s.Commit(ctx, "s", e.Number, e.Token, nil)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, "DELETE FROM "+pgx.Identifier{schema, "entries"}.Sanitize()+" WHERE number = 2")
+	require.NoError(t, err)
+	code, out, errOut := seqlease(t, "-schema", schema, "audit", "s")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "VIOLATION  I1: entry 2: missing")
+	require.Contains(t, errOut, "1 violations")
+}
+
+// TestNamedLeases lists named leases and force-releases a crashed agent's.
+func TestNamedLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	for _, l := range []struct{ name, owner string }{{"leader", "agent-1"}, {"cursor/a", "agent-1"}, {"cursor/b", "agent-2"}} {
+		_, err := s.AcquireLease(ctx, l.name, l.owner, &store.AcquireLeaseParams{TTL: time.Hour})
+		require.NoError(t, err)
+	}
+	code, out, _ := seqlease(t, "-schema", schema, "leases")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `cursor/a\s+agent-1\s+1\s`, out)
+	require.Regexp(t, `cursor/b\s+agent-2\s+1\s`, out)
+	require.Regexp(t, `leader\s+agent-1\s+1\s`, out)
+
+	code, out, _ = seqlease(t, "-schema", schema, "-json", "leases", "-owner", "agent-1")
+	require.Equal(t, 0, code)
+	var rows []leaseRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 2)
+
+	code, out, _ = seqlease(t, "-schema", schema, "force-release", "agent-1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "force-released")
+	code, out, _ = seqlease(t, "-schema", schema, "-json", "leases")
+	require.Equal(t, 0, code)
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 1)
+	require.Equal(t, "agent-2", rows[0].Owner)
+	code, out, _ = seqlease(t, "-schema", schema, "force-release", "agent-1")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "no live lease held by agent-1")
+}
+
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Shared(t, false)
@@ -128,6 +200,11 @@ func TestErrors(t *testing.T) {
 		{"trim with a bad bound", []string{"-schema", schema, "trim", "s", "zero"}, 2, "BELOW must be a number"},
 		{"unknown stream", []string{"-schema", schema, "gaps", "nope"}, 1, `unknown stream "nope"`},
 		{"wrong DSN", []string{"-dsn", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2", "streams"}, 1, "cannot connect to PostgreSQL"},
+		{"unknown flag", []string{"-schema", schema, "streams", "-frob"}, 2, "flag provided but not defined: -frob"},
+		{"unknown migrate action, checked before connecting", []string{"-dsn", "postgres://nobody@127.0.0.1:1/x", "migrate", "sideways"}, 2, `unknown action "sideways"`},
+		{"force-release without owner", []string{"-schema", schema, "force-release"}, 2, "force-release needs OWNER"},
+		{"force-release with a bad owner", []string{"-schema", schema, "force-release", "a\nb"}, 2, "OWNER"},
+		{"audit with a negative bound", []string{"-schema", schema, "audit", "s", "-max-unresolved", "-1s"}, 2, "must not be negative"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errOut := seqlease(t, c.args...)
