@@ -9,13 +9,13 @@ COVERPROFILE        := coverage.out
 
 .DEFAULT_GOAL := help
 
-.PHONY: help test demo bench lint cover tidy
+.PHONY: help test demo bench bench-smoke lint cover tidy
 
 help: ## Show this list of targets.
 	@echo 'Usage: make <target>'
 	@echo
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
-		awk 'BEGIN { FS = ":.*## " } { printf "  %-8s %s\n", $$1, $$2 }'
+		awk 'BEGIN { FS = ":.*## " } { printf "  %-11s %s\n", $$1, $$2 }'
 
 test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers).
 	scripts/with-postgres $(GO) test -race -count=1 -timeout 15m ./...
@@ -23,8 +23,11 @@ test: ## Run every test with -race against PostgreSQL (starts a throwaway cluste
 demo: ## Run the projection pipeline (faults on) on the in-memory backend.
 	$(GO) run ./examples/projection
 
-bench: ## Run the benchmarks against PostgreSQL (no tests).
-	scripts/with-postgres $(GO) test -run '^$$' -bench . -benchmem ./...
+bench: ## Run seqlease side by side with the limits and peers (bench/, ~10 min); writes docs/benchmarks.md.
+	scripts/with-postgres sh -c 'cd bench && $(GO) run ./cmd/seqbench -out ../docs/benchmarks.md -cmd "make bench"'
+
+bench-smoke: ## Run every benchmark once, briefly (CI, < 2 min): fails on errors, never on timing.
+	scripts/with-postgres sh -c 'cd bench && $(GO) run ./cmd/seqbench -smoke'
 
 lint: $(STATICCHECK_STAMP) ## Run go vet and staticcheck (version pinned in STATICCHECK_VERSION, installed in bin/).
 	$(GO) vet ./...

@@ -235,6 +235,20 @@ func (b *Barrier) WaitFor(ctx context.Context, name string, n int64) error {
 	}
 }
 
+// Reached reports whether every number of stream below n is known to be
+// resolved (W >= n-1), without waiting, reading the backend or allocating.
+// False may only mean "not known yet": use Ready to wait.
+func (b *Barrier) Reached(name string, n int64) bool {
+	v, ok := b.streams.Load(name)
+	if !ok {
+		return false
+	}
+	st := v.(*stream)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return !st.evicted && st.w >= n-1
+}
+
 // Ready returns a channel that is closed once every number of stream below n
 // is resolved, and a function that withdraws the wait; call it when done
 // (it is a no-op once the channel closed). It is the building block of
@@ -248,8 +262,11 @@ func (b *Barrier) Ready(ctx context.Context, name string, n int64) (<-chan struc
 	for {
 		st := b.stream(name)
 		w, stale, evicted := st.enqueue(n-1, b.gen.Load())
-		if evicted {
+		switch {
+		case evicted:
 			continue // the refresher dropped this stream meanwhile: take a fresh one
+		case w == nil:
+			return closedCh, noWithdraw, nil // the turn has come: nothing to wait for
 		}
 		if stale {
 			_ = b.refresh(ctx, name, st) // logged; the poll retries
@@ -257,6 +274,12 @@ func (b *Barrier) Ready(ctx context.Context, name string, n int64) (<-chan struc
 		return w.ch, func() { st.withdraw(w) }, nil
 	}
 }
+
+// closedCh and noWithdraw answer a Ready whose turn has come, without
+// allocating.
+var closedCh = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+func noWithdraw() {}
 
 func (b *Barrier) running() error {
 	b.lifeMu.Lock()
@@ -481,12 +504,11 @@ func (st *stream) endLoad() (again bool) {
 	return again
 }
 
-// enqueue registers a waiter for w >= target. The waiter's channel is
-// already closed if the target is reached. stale reports that the caller
-// should read a snapshot; evicted, that the stream was dropped and the
-// caller must enqueue on a fresh one.
+// enqueue registers a waiter for w >= target; it returns none if the target
+// is reached. stale reports that the caller should read a snapshot;
+// evicted, that the stream was dropped and the caller must enqueue on a
+// fresh one.
 func (st *stream) enqueue(target int64, gen uint64) (w *waiter, stale, evicted bool) {
-	w = &waiter{target: target, ch: make(chan struct{}), index: -1}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.evicted {
@@ -494,9 +516,9 @@ func (st *stream) enqueue(target int64, gen uint64) (w *waiter, stale, evicted b
 	}
 	st.idle = false
 	if target <= st.w {
-		close(w.ch)
-		return w, false, false
+		return nil, false, false
 	}
+	w = &waiter{target: target, ch: make(chan struct{}), index: -1}
 	heap.Push(&st.waiters, w)
 	return w, st.gen < gen, false
 }

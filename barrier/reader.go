@@ -75,6 +75,9 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 			}
 			// Everything up to the watermark was read: wait for after+1.
 			if err := b.WaitFor(ctx, stream, after+2); err != nil {
+				if ctx.Err() != nil {
+					err = context.Cause(ctx) // the follower's own end, said once
+				}
 				yield(store.Entry{}, fmt.Errorf("barrier: follow %s: %w", stream, err))
 				return
 			}

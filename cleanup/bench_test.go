@@ -9,45 +9,56 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/cleanup"
-	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
-	"github.com/seqlease/seqlease/store/postgres"
 )
 
 // BenchmarkRecoverExpired measures the time one cleanup cycle takes to
-// resolve n expired leases of one stream, with the gap step and with
-// partial-work recovery (every operation has partial work). Each iteration
-// is a fresh stream; the leases are made outside the timer.
+// resolve n expired leases of one stream (cascade mode included, with its
+// default batches and pauses):
+//
+//   - gap: no trackers, every lease becomes a gap (batched statements);
+//   - partial-work: every operation has partial work and the load is forced
+//     low, so every lease's work moves (batched transactions);
+//   - partial-work-per-entry: the same through a custom step, which the loop
+//     cannot batch: one transaction per lease, for comparison;
+//   - default: a WorkTracker with partial work for every operation and the
+//     default Config, probe included (a backlog of 10,000 is high load).
+//
+// Each iteration is a fresh stream; the leases are made outside the timer.
 func BenchmarkRecoverExpired(b *testing.B) {
-	pool := pgtest.Shared(b, false)
-	stores := map[string]func() backend{
-		"memory": func() backend { return memory.New(nil) },
-		"postgres": func() backend {
-			s, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(b, pool)})
-			require.NoError(b, err)
-			return s
-		},
-	}
 	work := recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 		return []byte("partial"), true, nil
 	})
+	low := recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level { return recovery.Low })
+	configs := map[string]func(s backend) *cleanup.Config{
+		"gap":          func(backend) *cleanup.Config { return &cleanup.Config{} },
+		"partial-work": func(backend) *cleanup.Config { return &cleanup.Config{WorkTracker: work, Probe: low} },
+		"partial-work-per-entry": func(s backend) *cleanup.Config {
+			step := recovery.NewStep(recovery.MethodPartialWork, func(ctx context.Context, e store.Entry) (recovery.Result, error) {
+				n, err := s.RecoverExpired(ctx, e.Stream, e.Number, &store.RecoverParams{Payload: []byte("partial"), RecoveryType: recovery.MethodPartialWork})
+				return recovery.Result{Recovered: err == nil, NewNumber: n}, err
+			})
+			return &cleanup.Config{Probe: low, Selector: recovery.SelectorFunc(func(recovery.Level, string) recovery.Pipeline {
+				return recovery.Pipeline{step}
+			})}
+		},
+		"default": func(backend) *cleanup.Config { return &cleanup.Config{WorkTracker: work} },
+	}
 	for _, name := range []string{"memory", "postgres"} {
-		for _, method := range []string{"gap", "partial-work"} {
+		for _, method := range []string{"gap", "partial-work", "partial-work-per-entry", "default"} {
 			for _, n := range []int{10_000} {
 				b.Run(fmt.Sprintf("%s/%s/n=%d", name, method, n), func(b *testing.B) {
-					s := stores[name]()
-					cfg := &cleanup.Config{CascadeThreshold: 1 << 30} // measure the steps, not the pauses
-					if method == "partial-work" {
-						cfg.WorkTracker = work
-						// A backlog of 10,000 is high load for the default
-						// probe, which would choose gaps: force recovery.
-						cfg.Probe = recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level { return recovery.Low })
+					var s backend = memory.New(nil)
+					if name == "postgres" {
+						s = newPostgres(b)
 					}
-					sv, err := cleanup.New(s, cfg)
+					sv, err := cleanup.New(s, configs[method](s))
 					require.NoError(b, err)
+					defer sv.Stop()
 					var total time.Duration
+					resolved := map[string]int{}
 					for i := range b.N {
 						b.StopTimer()
 						stream := fmt.Sprint("s", i)
@@ -64,10 +75,17 @@ func BenchmarkRecoverExpired(b *testing.B) {
 						res, err := sv.RunOnce(context.Background())
 						total += time.Since(start)
 						require.NoError(b, err)
-						require.Equal(b, n, res.Resolved[method])
+						require.Equal(b, n, res.Expired)
+						sum := 0
+						for m, k := range res.Resolved {
+							resolved[m] += k
+							sum += k
+						}
+						require.Equal(b, n, sum)
 					}
 					b.ReportMetric(total.Seconds()/float64(b.N), "s/cycle")
 					b.ReportMetric(float64(n*b.N)/total.Seconds(), "leases/s")
+					b.Logf("resolved by: %v", resolved)
 				})
 			}
 		}

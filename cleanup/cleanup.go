@@ -12,6 +12,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
 )
@@ -19,7 +20,13 @@ import (
 // Store is what the loop needs of a backend (store/memory, store/postgres).
 type Store interface {
 	ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error)
+	// Snapshot tells the walk which earlier numbers of a stream are still
+	// leased (the ordering rule).
+	Snapshot(ctx context.Context, stream string, limit int) (store.Snapshot, error)
+	// Now is the database clock, for the expiry of a blocking lease.
+	Now(ctx context.Context) (time.Time, error)
 	ResolveExpiredBatch(ctx context.Context, stream string, numbers []int64, p *store.ResolveExpiredParams) ([]int64, error)
+	RecoverExpiredBatch(ctx context.Context, stream string, items []store.RecoverItem, p *store.RecoverBatchParams) ([]store.RecoverResult, error)
 	recovery.Recoverer
 	recovery.Resolver
 }
@@ -30,31 +37,51 @@ type TTLBooster interface {
 	BoostTTL(factor float64)
 }
 
+// Waiter tells when every number of a stream below n is resolved
+// (*barrier.Barrier): the channel closes then; the function withdraws the
+// wait.
+type Waiter interface {
+	Ready(ctx context.Context, stream string, n int64) (<-chan struct{}, func(), error)
+}
+
 // HookFunc releases what an expired operation held: its locks, temp files,
-// cache entries. Hooks run for every expired lease the loop handles,
-// concurrently and with Config.HookTimeout; a failing hook is logged and
-// never delays the resolution of the number. A hook must return when its
-// context ends: Stop waits for it.
+// cache entries. Hooks run once for every expired lease this Service
+// resolved, after it resolved it, concurrently (at most
+// Config.HookConcurrency at a time) and each bounded by Config.HookTimeout;
+// a failing hook is logged and reported and never delays a resolution. A
+// hook must return when its context ends: Stop cancels it and waits.
 type HookFunc func(ctx context.Context, e store.Entry) error
 
 // Defaults of Config.
 const (
-	DefaultInterval         = 30 * time.Second
-	DefaultBatchSize        = 1000
-	DefaultCascadeThreshold = 100
-	DefaultCascadeBatch     = 100
-	DefaultCascadeDelay     = 100 * time.Millisecond
-	DefaultCascadeTTLFactor = 2.0
-	DefaultHookTimeout      = 10 * time.Second
-	DefaultMaxBackoff       = time.Minute
-	DefaultQueryTimeout     = 30 * time.Second
+	DefaultInterval            = 30 * time.Second
+	DefaultBatchSize           = 1000
+	DefaultScanLimit           = 10_000
+	DefaultMaxRecoveryAttempts = 10
+	DefaultStepRateWindow      = 100
+	DefaultCascadeThreshold    = 100
+	DefaultCascadeBatch        = 500
+	DefaultCascadeDelay        = 10 * time.Millisecond
+	DefaultCascadeTTLFactor    = 2.0
+	// MaxCascadeTTLFactor bounds Config.CascadeTTLFactor (the boost is
+	// capped at the Booster's maximum TTL anyway).
+	MaxCascadeTTLFactor = 100.0
+	// MaxInterval bounds Config.Interval: an expired lease waits up to an
+	// interval for its cleaner, so a day is already far too long.
+	MaxInterval            = 24 * time.Hour
+	DefaultHookTimeout     = 10 * time.Second
+	DefaultHookConcurrency = 16
+	DefaultMaxBackoff      = time.Minute
+	DefaultQueryTimeout    = 30 * time.Second
 )
 
 // Config configures a Service. A nil *Config means the defaults; so does the
 // zero value of each field.
 type Config struct {
-	// Interval is the time between cycles (a cycle also runs at Start),
-	// jittered by up to a tenth. Default: DefaultInterval (30 s).
+	// Interval is the time from the start of one cycle to the start of the
+	// next (a cycle also runs at Start; a cycle longer than the interval is
+	// followed at once), plus a random 0..10% so that processes do not scan
+	// in step; at most MaxInterval. Default: DefaultInterval (30 s).
 	Interval time.Duration
 	// Selector picks the recovery steps for a load level and kind. Default:
 	// recovery.StepSelector with the Gap step, plus PartialWork when
@@ -67,21 +94,56 @@ type Config struct {
 	// Probe classifies the load. Default: recovery.DefaultProbe.
 	Probe recovery.LoadProbe
 	// PoolSaturation reports the share of the connection pool in use
-	// (0..1), a signal for Probe. Optional.
+	// (0..1), a signal for Probe. Default: the store's PoolSaturation
+	// method if it has one (*postgres.Store on a *pgxpool.Pool), else none.
 	PoolSaturation func() float64
-	// Elector makes one process at a time clean a stream. Default: an
-	// in-process elector, which is right only when a single process runs
-	// cleanup; with several, pass a lease-backed one (LeaseElector).
+	// MinStepSuccessRate, when above 0, wraps the Selector in a
+	// recovery.RateFilter fed with every step the loop tries: a step whose
+	// success rate for a kind over its last StepRateWindow attempts fell
+	// below it is skipped (never the last step of a pipeline). Default: 0,
+	// off.
+	MinStepSuccessRate float64
+	// StepRateWindow is the number of attempts the rate is taken over.
+	// Default: DefaultStepRateWindow (100).
+	StepRateWindow int
+	// MaxRecoveryAttempts is how many times in a row the recovery of an
+	// expired entry may fail (a tracker or the database erred; the entry
+	// stays expired and its stream waits, to keep the order) before the
+	// loop gives its work up and declares it a gap with reason
+	// recovery.ReasonRecoveryFailed, so that one bad tracker cannot stall a
+	// stream forever. Attempts are counted in this process, once per cycle
+	// (failed cycles are retried with backoff: 10 attempts take about a
+	// minute). Default: DefaultMaxRecoveryAttempts (10).
+	MaxRecoveryAttempts int
+	// Elector makes one cleaner at a time clean a stream. Default: a
+	// LeaseElector on a lease.Manager of this Service's own when the store
+	// has named leases (both backends do), else a LocalElector.
 	Elector Elector
-	// BatchSize is how many expired leases one query lists. Default:
-	// DefaultBatchSize.
+	// LeaseTTL is the TTL of the default elector's stream leases.
+	// Default: DefaultLeaseTTL (15 s).
+	LeaseTTL time.Duration
+	// Barrier, if set, wakes the loop when a live lease that holds expired
+	// leases of its stream back resolves, so they are handled at once: a
+	// started *barrier.Barrier, or any Waiter. Without it they are handled
+	// at the blocking lease's expiry or the next cycle, whichever comes
+	// first. Optional.
+	Barrier Waiter
+	// BatchSize is how many expired leases one listing query returns, and
+	// how many resolutions one statement writes outside cascade mode.
+	// Default: DefaultBatchSize (1,000).
 	BatchSize int
+	// ScanLimit is the most expired leases a cycle holds in memory at once
+	// (the listing pages up to it, then handles them, then lists on). The
+	// load probe's backlog counts them. Default: DefaultScanLimit (10,000).
+	ScanLimit int
 	// CascadeThreshold is the number of expired leases in one scan above
-	// which the cycle runs in cascade mode. Default: DefaultCascadeThreshold.
+	// which the cycle runs in cascade mode. Default: DefaultCascadeThreshold
+	// (100).
 	CascadeThreshold int
-	// CascadeBatch and CascadeDelay bound the work of cascade mode: batches
-	// of CascadeBatch leases with CascadeDelay between them. Defaults:
-	// DefaultCascadeBatch, DefaultCascadeDelay.
+	// CascadeBatch and CascadeDelay bound the work of cascade mode: it
+	// writes at most CascadeBatch resolutions per statement and pauses
+	// CascadeDelay after every CascadeBatch of them. Defaults:
+	// DefaultCascadeBatch (500), DefaultCascadeDelay (10 ms).
 	CascadeBatch int
 	CascadeDelay time.Duration
 	// CascadeTTLFactor is how much cascade mode raises Booster's default
@@ -89,14 +151,17 @@ type Config struct {
 	CascadeTTLFactor float64
 	// Booster is the Leaser whose default TTL cascade mode raises. Optional.
 	Booster TTLBooster
-	// Hooks run for every expired lease handled. Optional.
+	// Hooks run for every expired lease this Service resolves. Optional.
 	Hooks []HookFunc
 	// HookTimeout bounds each hook. Default: DefaultHookTimeout (10 s).
 	HookTimeout time.Duration
+	// HookConcurrency is how many hooks run at once. Default:
+	// DefaultHookConcurrency (16).
+	HookConcurrency int
 	// MaxBackoff caps the pause after failed cycles. Default:
 	// DefaultMaxBackoff (1 min).
 	MaxBackoff time.Duration
-	// QueryTimeout bounds each listing query. Default: DefaultQueryTimeout.
+	// QueryTimeout bounds each statement. Default: DefaultQueryTimeout.
 	QueryTimeout time.Duration
 	// Owner is recorded on entries that carry recovered work. Default:
 	// "seqlease-cleanup".
@@ -112,59 +177,78 @@ type Config struct {
 
 // Observer is told what the loop does. Its methods must not block.
 type Observer interface {
-	// Handled reports one expired entry and its outcome; err is non-nil
-	// when no step resolved it.
+	// Handled reports one expired entry this Service resolved, or failed
+	// to (err non-nil: it stays expired and is tried again). Entries found
+	// resolved by someone else are not reported (CycleResult.Elsewhere).
 	Handled(e store.Entry, seenAt time.Time, r recovery.Result, err error)
-	// Cycle reports a finished cycle.
+	// Cycle reports a finished cycle: a full scan, or a re-run of streams
+	// whose blocking lease resolved or expired.
 	Cycle(r CycleResult, err error)
-	// Cascade reports entering (true) or leaving (false) cascade mode.
+	// Cascade reports entering (true) or leaving (false) cascade mode;
+	// every entry is followed by a leave, whatever ends the cycle.
 	Cascade(active bool)
-	// HookFailed reports a hook that failed or timed out.
+	// HookFailed reports a hook that failed, timed out or was cut short by
+	// Stop.
 	HookFailed(e store.Entry, err error)
 }
 
 // CycleResult is what one cycle did.
 type CycleResult struct {
 	Expired   int            // expired leases found
-	Resolved  map[string]int // resolved, by the step that resolved them
-	Failed    int            // left expired: no step resolved them
-	NotLeader int            // skipped: another process cleans their stream
+	Resolved  map[string]int // resolved by this Service, by the step that resolved them
+	Elsewhere int            // found resolved meanwhile by someone else (a late release, another cleaner)
+	Failed    int            // left expired: their recovery failed; tried again next cycle
+	Deferred  int            // left waiting behind a live earlier lease of their stream
+	NotLeader int            // streams skipped: another cleaner leads them
 	Cascade   bool           // the cycle ran in cascade mode
 	Duration  time.Duration
 }
 
 // Service is the cleanup loop.
 type Service struct {
-	store    Store
-	interval time.Duration
-	selector recovery.Selector
-	probe    recovery.LoadProbe
-	pool     func() float64
-	elector  Elector
-	batch    int
-	cascade  struct {
+	store       Store
+	interval    time.Duration
+	selector    recovery.Selector
+	rates       *recovery.RateFilter // nil unless MinStepSuccessRate
+	probe       recovery.LoadProbe
+	pool        func() float64
+	maxAttempts int
+	elector     Elector
+	leases      *lease.Manager // the default elector's, stopped by Stop
+	waiter      Waiter
+	batch       int
+	scanLimit   int
+	cascade     struct {
 		threshold, batch int
 		delay            time.Duration
 		factor           float64
 	}
-	booster     TTLBooster
-	hooks       []HookFunc
-	hookTimeout time.Duration
-	maxBackoff  time.Duration
-	qTimeout    time.Duration
-	logger      *slog.Logger
-	observer    Observer
+	booster    TTLBooster
+	hooks      *hookRunner
+	maxBackoff time.Duration
+	qTimeout   time.Duration
+	owner      string
+	logger     *slog.Logger
+	observer   Observer
 
 	mu          sync.Mutex // serialises cycles (the loop and RunOnce)
-	inCascade   bool
 	lastLatency time.Duration
+	attempts    map[string]attempt // failed recoveries, by stream; under mu
 
-	hookWG  sync.WaitGroup
+	wake wake // streams waiting behind a live lease
+
 	lifeMu  sync.Mutex
 	started bool
 	stopped bool
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
+}
+
+// attempt counts the failed recoveries in a row of a stream's first failing
+// entry.
+type attempt struct {
+	number int64
+	n      int
 }
 
 // ErrStopped is returned by Start on a stopped Service.
@@ -179,20 +263,32 @@ func New(s Store, cfg *Config) (*Service, error) {
 		cfg = &Config{}
 	}
 	switch {
-	case cfg.Interval < 0:
-		return nil, fmt.Errorf("cleanup: Config.Interval %v is negative", cfg.Interval)
+	case cfg.Interval < 0 || cfg.Interval > MaxInterval:
+		return nil, fmt.Errorf("cleanup: Config.Interval %v must be in 0..%v", cfg.Interval, MaxInterval)
+	case !(cfg.MinStepSuccessRate >= 0 && cfg.MinStepSuccessRate <= 1): // also NaN
+		return nil, fmt.Errorf("cleanup: Config.MinStepSuccessRate %v must be in 0..1", cfg.MinStepSuccessRate)
+	case cfg.StepRateWindow < 0:
+		return nil, fmt.Errorf("cleanup: Config.StepRateWindow %d is negative", cfg.StepRateWindow)
+	case cfg.MaxRecoveryAttempts < 0:
+		return nil, fmt.Errorf("cleanup: Config.MaxRecoveryAttempts %d is negative", cfg.MaxRecoveryAttempts)
+	case cfg.LeaseTTL < 0 || cfg.LeaseTTL > lease.DefaultMaxTTL:
+		return nil, fmt.Errorf("cleanup: Config.LeaseTTL %v must be in 0..%v", cfg.LeaseTTL, lease.DefaultMaxTTL)
 	case cfg.BatchSize < 0 || cfg.BatchSize > store.MaxListLimit:
 		return nil, fmt.Errorf("cleanup: Config.BatchSize %d must be in 0..%d", cfg.BatchSize, store.MaxListLimit)
+	case cfg.ScanLimit < 0:
+		return nil, fmt.Errorf("cleanup: Config.ScanLimit %d is negative", cfg.ScanLimit)
 	case cfg.CascadeThreshold < 0:
 		return nil, fmt.Errorf("cleanup: Config.CascadeThreshold %d is negative", cfg.CascadeThreshold)
-	case cfg.CascadeBatch < 0:
-		return nil, fmt.Errorf("cleanup: Config.CascadeBatch %d is negative", cfg.CascadeBatch)
+	case cfg.CascadeBatch < 0 || cfg.CascadeBatch > store.MaxBatch:
+		return nil, fmt.Errorf("cleanup: Config.CascadeBatch %d must be in 0..%d", cfg.CascadeBatch, store.MaxBatch)
 	case cfg.CascadeDelay < 0:
 		return nil, fmt.Errorf("cleanup: Config.CascadeDelay %v is negative", cfg.CascadeDelay)
-	case cfg.CascadeTTLFactor != 0 && cfg.CascadeTTLFactor < 1:
-		return nil, fmt.Errorf("cleanup: Config.CascadeTTLFactor %v must be at least 1", cfg.CascadeTTLFactor)
+	case cfg.CascadeTTLFactor != 0 && !(cfg.CascadeTTLFactor >= 1 && cfg.CascadeTTLFactor <= MaxCascadeTTLFactor): // also NaN, +Inf
+		return nil, fmt.Errorf("cleanup: Config.CascadeTTLFactor %v must be in 1..%v", cfg.CascadeTTLFactor, MaxCascadeTTLFactor)
 	case cfg.HookTimeout < 0:
 		return nil, fmt.Errorf("cleanup: Config.HookTimeout %v is negative", cfg.HookTimeout)
+	case cfg.HookConcurrency < 0:
+		return nil, fmt.Errorf("cleanup: Config.HookConcurrency %d is negative", cfg.HookConcurrency)
 	case cfg.MaxBackoff < 0:
 		return nil, fmt.Errorf("cleanup: Config.MaxBackoff %v is negative", cfg.MaxBackoff)
 	case cfg.QueryTimeout < 0:
@@ -202,21 +298,28 @@ func New(s Store, cfg *Config) (*Service, error) {
 	if err := store.ValidateText("owner", owner); err != nil {
 		return nil, fmt.Errorf("cleanup: Config.Owner: %w", err)
 	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	sv := &Service{
 		store:       s,
 		interval:    cmp.Or(cfg.Interval, DefaultInterval),
 		selector:    cfg.Selector,
 		probe:       cfg.Probe,
 		pool:        cfg.PoolSaturation,
+		maxAttempts: cmp.Or(cfg.MaxRecoveryAttempts, DefaultMaxRecoveryAttempts),
 		elector:     cfg.Elector,
+		waiter:      cfg.Barrier,
 		batch:       cmp.Or(cfg.BatchSize, DefaultBatchSize),
+		scanLimit:   cmp.Or(cfg.ScanLimit, DefaultScanLimit),
 		booster:     cfg.Booster,
-		hooks:       cfg.Hooks,
-		hookTimeout: cmp.Or(cfg.HookTimeout, DefaultHookTimeout),
 		maxBackoff:  cmp.Or(cfg.MaxBackoff, DefaultMaxBackoff),
 		qTimeout:    cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
-		logger:      cfg.Logger,
+		owner:       owner,
+		logger:      logger,
 		observer:    cfg.Observer,
+		attempts:    map[string]attempt{},
 	}
 	sv.cascade.threshold = cmp.Or(cfg.CascadeThreshold, DefaultCascadeThreshold)
 	sv.cascade.batch = cmp.Or(cfg.CascadeBatch, DefaultCascadeBatch)
@@ -235,12 +338,33 @@ func New(s Store, cfg *Config) (*Service, error) {
 	if sv.probe == nil {
 		sv.probe = recovery.DefaultProbe
 	}
+	if cfg.MinStepSuccessRate > 0 {
+		sv.rates = &recovery.RateFilter{Selector: sv.selector, MinRate: cfg.MinStepSuccessRate,
+			Window: cmp.Or(cfg.StepRateWindow, DefaultStepRateWindow)}
+		sv.selector = sv.rates
+	}
+	if sv.pool == nil {
+		if ps, ok := s.(interface{ PoolSaturation() float64 }); ok {
+			sv.pool = ps.PoolSaturation
+		}
+	}
 	if sv.elector == nil {
-		sv.elector = NewLocalElector()
+		if ls, ok := s.(lease.Store); ok {
+			m, err := lease.New(ls, &lease.Config{DisableHistory: true, Logger: logger})
+			if err != nil {
+				return nil, fmt.Errorf("cleanup: stream leases: %w", err)
+			}
+			sv.leases = m
+			if sv.elector, err = NewLeaseElector(m, cfg.LeaseTTL); err != nil {
+				return nil, err
+			}
+		} else {
+			sv.elector = NewLocalElector()
+		}
 	}
-	if sv.logger == nil {
-		sv.logger = slog.New(slog.DiscardHandler)
-	}
+	sv.hooks = newHookRunner(cfg.Hooks, cmp.Or(cfg.HookTimeout, DefaultHookTimeout),
+		cmp.Or(cfg.HookConcurrency, DefaultHookConcurrency), logger, cfg.Observer)
+	sv.wake.init()
 	return sv, nil
 }
 
@@ -257,6 +381,7 @@ func (sv *Service) Start(ctx context.Context) error {
 	}
 	sv.started = true
 	ctx, sv.cancel = context.WithCancelCause(ctx)
+	sv.wake.open(ctx)
 	sv.done = make(chan struct{})
 	go func() {
 		defer close(sv.done)
@@ -265,7 +390,9 @@ func (sv *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the loop and waits for it and for every hook it started.
+// Stop stops the loop, cancels the hooks still running, and waits for every
+// goroutine it started; it releases the stream leases it holds. It is safe
+// before Start and twice.
 func (sv *Service) Stop() {
 	sv.lifeMu.Lock()
 	sv.stopped = true
@@ -275,218 +402,78 @@ func (sv *Service) Stop() {
 		cancel(ErrStopped)
 		<-done
 	}
-	sv.hookWG.Wait()
+	sv.wake.close()
+	sv.hooks.stop()
+	if sv.leases != nil {
+		sv.leases.Stop()
+	}
 }
 
+// loop runs a full cycle every interval, with backoff after a failure, and
+// in between re-runs the streams whose blocking lease resolved or expired.
 func (sv *Service) loop(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = min(time.Second, sv.interval)
 	bo.MaxInterval = sv.maxBackoff
 	bo.MaxElapsedTime = 0
-	timer := time.NewTimer(0) // the first cycle runs at once
-	defer timer.Stop()
+	next := time.NewTimer(0) // the first cycle runs at once
+	defer next.Stop()
+	nextAt := time.Now()
+	schedule := func(d time.Duration) {
+		next.Reset(d)
+		nextAt = time.Now().Add(d)
+	}
+	recheck := time.NewTimer(0)
+	recheck.Stop()
+	defer recheck.Stop()
 	for {
+		full := false
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
+		case <-next.C:
+			full = true
+		case <-sv.wake.kicks:
+		case <-recheck.C:
 		}
-		_, err := sv.RunOnce(ctx)
-		pause := sv.interval + time.Duration(rand.Int64N(int64(sv.interval/10)+1))
-		switch {
-		case ctx.Err() != nil:
+		var err error
+		began := time.Now()
+		if full {
+			_, err = sv.RunOnce(ctx)
+		} else if streams := sv.wake.due(time.Now()); len(streams) > 0 {
+			_, err = sv.run(ctx, streams)
+		}
+		if ctx.Err() != nil {
 			return
+		}
+		switch {
 		case err != nil:
-			pause = bo.NextBackOff()
+			pause := bo.NextBackOff()
 			sv.logger.Error("cleanup: cycle failed", slog.Any("error", err), slog.Duration("retry_in", pause))
-		default:
-			bo.Reset()
-		}
-		timer.Reset(pause)
-	}
-}
-
-// RunOnce runs one cycle: it resolves every expired lease it can lead, in
-// stream and number order.
-func (sv *Service) RunOnce(ctx context.Context) (CycleResult, error) {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	start := time.Now()
-	ctx, end := sv.startCycle(ctx)
-	c := &cycle{sv: sv, res: CycleResult{Resolved: map[string]int{}}, leads: map[string]Leadership{}, blocked: map[string]bool{}}
-	err := c.run(ctx)
-	c.releaseAll()
-	c.res.Duration = time.Since(start)
-	sv.lastLatency = c.res.Duration
-	end(c.res, err)
-	if sv.observer != nil {
-		sv.observer.Cycle(c.res, err)
-	}
-	return c.res, err
-}
-
-// cycle is the state of one RunOnce.
-type cycle struct {
-	sv      *Service
-	res     CycleResult
-	leads   map[string]Leadership // streams this cycle leads
-	blocked map[string]bool       // streams to leave for the next cycle
-	errs    []error
-}
-
-func (c *cycle) run(ctx context.Context) error {
-	sv := c.sv
-	var afterStream string
-	var afterNumber int64
-	for {
-		qctx, cancel := context.WithTimeout(ctx, sv.qTimeout)
-		page, err := sv.store.ListExpired(qctx, &store.ListExpiredParams{
-			AfterStream: afterStream, AfterNumber: afterNumber, Limit: sv.batch,
-		})
-		cancel()
-		if err != nil {
-			return errors.Join(append(c.errs, fmt.Errorf("cleanup: list expired: %w", err))...)
-		}
-		seenAt := time.Now()
-		c.res.Expired += len(page)
-		if !sv.inCascade && c.res.Expired > sv.cascade.threshold {
-			sv.setCascade(true)
-		}
-		c.res.Cascade = c.res.Cascade || sv.inCascade
-		if err := c.handle(ctx, page, seenAt); err != nil {
-			return err
-		}
-		if len(page) < sv.batch {
-			break
-		}
-		last := page[len(page)-1]
-		afterStream, afterNumber = last.Stream, last.Number
-	}
-	if sv.inCascade {
-		sv.setCascade(false) // a short page: the backlog drained
-	}
-	return errors.Join(c.errs...)
-}
-
-// handle resolves the entries of one page, in order; in cascade mode in
-// batches with a pause between them. Entries whose pipeline is only the Gap
-// step are declared gaps together, a run of them per statement.
-func (c *cycle) handle(ctx context.Context, page []store.Entry, seenAt time.Time) error {
-	sv := c.sv
-	level := sv.probe.Level(ctx, recovery.Signals{
-		Backlog: len(page), PoolSaturation: sv.saturation(), CycleLatency: sv.lastLatency,
-	})
-	var gaps []store.Entry // a run of gap-only entries of one stream
-	for i, e := range page {
-		if sv.inCascade && i > 0 && i%sv.cascade.batch == 0 {
-			c.gap(ctx, &gaps, seenAt)
-			if err := sleep(ctx, sv.cascade.delay); err != nil {
-				return err
+			if full || time.Now().Add(pause).Before(nextAt) {
+				schedule(pause) // a failed re-run of some streams only brings the next cycle forward
 			}
+		case full:
+			// Start to start, like a ticker: an entry that expired just
+			// after a cycle listed waits at most an interval (+ jitter)
+			// from that cycle's start, plus the cycle that resolves it.
+			bo.Reset()
+			schedule(max(time.Until(began.Add(sv.interval+rand.N(sv.interval/10+1))), 0))
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if at, ok := sv.wake.next(); ok {
+			recheck.Reset(max(time.Until(at), 0))
+		} else {
+			recheck.Stop()
 		}
-		if len(gaps) > 0 && gaps[0].Stream != e.Stream {
-			c.gap(ctx, &gaps, seenAt)
-		}
-		if c.blocked[e.Stream] || !c.lead(ctx, e.Stream) {
-			continue
-		}
-		sv.runHooks(ctx, e)
-		p := sv.selector.Select(level, e.Kind)
-		if p.IsGap() {
-			gaps = append(gaps, e)
-			continue
-		}
-		c.gap(ctx, &gaps, seenAt) // earlier numbers first
-		if c.blocked[e.Stream] {
-			continue // they failed: keep the order
-		}
-		r, err := sv.runPipeline(ctx, p, e)
-		c.handled(e, seenAt, r, err)
-	}
-	c.gap(ctx, &gaps, seenAt)
-	return ctx.Err()
-}
-
-// gap declares the run of entries gaps in one statement and empties it.
-// Entries the statement did not resolve were resolved meanwhile (their
-// holder committed or released at the last moment): nothing is left to do
-// for them either.
-func (c *cycle) gap(ctx context.Context, run *[]store.Entry, seenAt time.Time) {
-	if len(*run) == 0 {
-		return
-	}
-	es := *run
-	*run = (*run)[:0]
-	numbers := make([]int64, len(es))
-	for i, e := range es {
-		numbers[i] = e.Number
-	}
-	spans := c.sv.startBatch(ctx, es)
-	qctx, cancel := context.WithTimeout(ctx, c.sv.qTimeout)
-	_, err := c.sv.store.ResolveExpiredBatch(qctx, es[0].Stream, numbers, nil)
-	cancel()
-	for i, e := range es {
-		if err != nil {
-			spans.end(i, e, recovery.Result{}, err)
-			c.handled(e, seenAt, recovery.Result{}, fmt.Errorf("%w: %s/%d: gap: %w", recovery.ErrUnrecovered, e.Stream, e.Number, err))
-			continue
-		}
-		r := recovery.Result{Recovered: true, Method: recovery.MethodGap, Reason: store.ReasonExpired}
-		spans.end(i, e, r, nil)
-		c.handled(e, seenAt, r, nil)
 	}
 }
 
-// handled records the outcome of one entry.
-func (c *cycle) handled(e store.Entry, seenAt time.Time, r recovery.Result, err error) {
-	if c.sv.observer != nil {
-		c.sv.observer.Handled(e, seenAt, r, err)
-	}
-	if err != nil {
-		// Later numbers of this stream wait for the next cycle, so that
-		// recovered work keeps the original order.
-		c.blocked[e.Stream] = true
-		c.res.Failed++
-		c.errs = append(c.errs, err)
-		return
-	}
-	c.res.Resolved[r.Method]++
-}
-
-// lead makes sure this cycle leads stream.
-func (c *cycle) lead(ctx context.Context, stream string) bool {
-	if l, ok := c.leads[stream]; ok {
-		if l.Context().Err() == nil {
-			return true
-		}
-		delete(c.leads, stream) // lost meanwhile
-	}
-	l, ok, err := c.sv.elector.Lead(ctx, stream)
-	switch {
-	case err != nil:
-		c.errs = append(c.errs, fmt.Errorf("cleanup: lead %s: %w", stream, err))
-		c.blocked[stream] = true
-		return false
-	case !ok:
-		c.res.NotLeader++
-		c.blocked[stream] = true
-		return false
-	}
-	c.leads[stream] = l
-	return true
-}
-
-func (c *cycle) releaseAll() {
-	for stream, l := range c.leads {
-		ctx, cancel := context.WithTimeout(context.Background(), c.sv.qTimeout)
-		if err := l.Release(ctx); err != nil {
-			c.sv.logger.Warn("cleanup: release leadership", slog.String("stream", stream), slog.Any("error", err))
-		}
-		cancel()
-	}
+// RunOnce runs one full cycle: it resolves every expired lease it can lead,
+// in stream and number order, and returns what it did. The error joins the
+// failures of the cycle (a listing that failed, the recoveries that did);
+// it is the context's error when ctx ended.
+func (sv *Service) RunOnce(ctx context.Context) (CycleResult, error) {
+	return sv.run(ctx, nil)
 }
 
 func (sv *Service) saturation() float64 {
@@ -494,51 +481,4 @@ func (sv *Service) saturation() float64 {
 		return 0
 	}
 	return sv.pool()
-}
-
-// setCascade enters or leaves cascade mode. sv.mu must be held.
-func (sv *Service) setCascade(on bool) {
-	sv.inCascade = on
-	factor := 1.0
-	if on {
-		factor = sv.cascade.factor
-		sv.logger.Warn("cleanup: cascade mode: mass expiry, working in batches", slog.Float64("ttl_factor", factor))
-	} else {
-		sv.logger.Info("cleanup: cascade mode over: backlog drained")
-	}
-	if sv.booster != nil {
-		sv.booster.BoostTTL(factor)
-	}
-	if sv.observer != nil {
-		sv.observer.Cascade(on)
-	}
-}
-
-// runHooks starts the hooks for e; they run on their own, bounded by the
-// hook timeout, and Stop waits for them.
-func (sv *Service) runHooks(ctx context.Context, e store.Entry) {
-	for _, h := range sv.hooks {
-		sv.hookWG.Go(func() {
-			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sv.hookTimeout)
-			defer cancel()
-			if err := h(hctx, e); err != nil {
-				sv.logger.Warn("cleanup: hook failed", slog.String("stream", e.Stream),
-					slog.Int64("number", e.Number), slog.Any("error", err))
-				if sv.observer != nil {
-					sv.observer.HookFailed(e, err)
-				}
-			}
-		})
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

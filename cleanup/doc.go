@@ -1,55 +1,111 @@
 // Package cleanup is the loop that resolves expired leases, so that a crashed,
-// stalled or partitioned worker never holds its stream's barrier for longer
-// than its TTL plus one cleanup interval plus one cycle (I6).
+// stalled or partitioned worker never holds its stream's barrier for long
+// (invariant I6), and so that recovered work gets new numbers in the order
+// of the originals.
 //
 // # A cycle
 //
-//	     ┌────────────── every Interval (jittered), and at Start ─────────────┐
-//	     v                                                                    │
-//	ListExpired (database clock, pages of BatchSize, in (stream, number) order)
-//	     │
-//	     ├─ more than CascadeThreshold? ──> cascade mode: batches of CascadeBatch
-//	     │                                  with CascadeDelay between, and the
-//	     │                                  Leaser's default TTL boosted
-//	     v
-//	per stream: lead it (Elector: one cleaner per stream across processes)
-//	     │
-//	     v
-//	per expired entry, in number order:
-//	     ├─ hooks (concurrently, with a timeout; never block the resolution)
-//	     └─ probe the load ─> select steps ─> recovery pipeline
-//	              (partial work / retry / gap; see package recovery)
+//	     ┌──── every Interval (+0..10% jitter), at Start, after a failure with backoff ────┐
+//	     v                                                                                  │
+//	ListExpired (database clock; pages of BatchSize, up to ScanLimit held at once)          │
+//	     │                                                                                  │
+//	     ├─ LoadProbe(backlog of the scan, pool saturation, last cycle's latency) ─> level  │
+//	     ├─ more than CascadeThreshold? ─> cascade mode (below)                             │
+//	     v                                                                                  │
+//	per stream: lead it (Elector; default: named lease seqlease/cleanup/<stream>)           │
+//	     │   another cleaner leads it ─> skip: it cleans the stream                         │
+//	     v                                                                                  │
+//	Snapshot of the stream's leased numbers; per expired entry, in number order:            │
+//	     ├─ an earlier number still leased, not expired? ─> stop: the rest waits for it ────┤
+//	     ├─ Selector(level, kind) ─> steps ─> plan (trackers) ─> batch of writes            │
+//	     │      gaps: ResolveExpiredBatch; moves: RecoverExpiredBatch (one transaction)     │
+//	     ├─ a step failed? ─> stop the stream: the entry stays expired (its work is kept);  │
+//	     │      the MaxRecoveryAttempts-th failure in a row declares it a gap instead       │
+//	     └─ resolved by this cleaner ─> hooks (queued, HookConcurrency at a time)           │
+//	                                                                                        │
+//	a stream that waits behind a live lease is walked again when that lease ────────────────┘
+//	resolves (Config.Barrier) or expires (a timer at its expiry by the database clock)
 //
-// Walking a stream in number order, by one cleaner at a time, is what gives
-// recovered work new numbers in the order of the originals. When no step
-// resolves an entry (the database is down), the entry stays expired, the
-// rest of that stream waits for the next cycle (to keep the order), and the
-// loop backs off exponentially (up to MaxBackoff) before it tries again. A
+// # Order
+//
+// Each stream is walked in number order by one cleaner at a time, and the
+// walk stops at the first number that is still leased and was not expired
+// when listed (a live lease): expired entries behind it wait. So a later
+// number whose shorter lease expired first never has its work moved before
+// an earlier one's: recovered work gets new numbers in the order of the
+// originals, across scans too. Waiting costs nothing: the watermark cannot
+// pass the live earlier number anyway. The loop walks a waiting stream again
+// as soon as the blocking lease resolves (Config.Barrier, a started
+// *barrier.Barrier) or at its expiry, whichever comes first, and at the next
+// cycle in any case.
+//
+// # One cleaner per stream
+//
+// The default Elector takes the named lease LeaseName(stream)
+// ("seqlease/cleanup/<stream>", or a hashed form for very long names) on the
+// shared store, with package lease: one cleaner walks a stream at a time
+// across every process. The lease is taken per walk, kept alive while it
+// runs and released when the cycle is done with the stream; a cleaner that
+// dies holds its streams for at most LeaseTTL. The walk runs under the
+// lease's context and checks it before every tracker call and every write:
+// when the lease is lost the walk stops at once. The exactly-once and order
+// guarantees do not rest on the lease but on the store's conditional writes
+// (an entry is resolved once, whoever writes) and on every cleaner walking
+// in number order; the lease keeps cleaners from doing work twice (tracker
+// calls, hooks) and from racing each other. Writes are therefore not fenced:
+// a deposed cleaner's late write is refused or is one the new cleaner would
+// have made.
+//
+// # Failures
+//
+// A step that fails (a tracker or the database erred), unlike one that
+// declines, stops the pipeline and the walk of its stream for the cycle: the
+// entry stays expired, so recoverable work is not turned into a gap by a
+// passing failure, and the entries after it wait (order). The cycle reports
+// the error and the loop backs off exponentially (up to MaxBackoff) before
+// the next full cycle. After MaxRecoveryAttempts failures in a row the entry
+// is declared a gap with reason recovery.ReasonRecoveryFailed, so one broken
+// tracker cannot stall a stream forever. A write whose reply was lost is
+// read back: a move that committed is reported as the move it was. A
 // cancelled context ends the loop and is not an error.
 //
 // # Cascade mode
 //
-// A mass expiry (a node died holding a thousand leases, a database pause)
+// A mass expiry (a node died holding thousands of leases, a database pause)
 // finds more expired leases in one scan than CascadeThreshold. The cycle then
-// works in bounded batches with a pause between them, so that recovery does
-// not starve the live workers of the database, and it raises the Leaser's
-// default lease duration by CascadeTTLFactor (capped at its maximum), so that
-// leases granted during the overload do not expire in it too. The mode ends,
-// and the boost with it, when a scan comes up short: the backlog drained.
+// writes at most CascadeBatch resolutions per statement and pauses
+// CascadeDelay after each CascadeBatch of them, so that recovery does not
+// crowd the live workers off the database, and it raises the Leaser's
+// default lease duration by CascadeTTLFactor (capped at the Leaser's
+// maximum), so that leases granted during the overload do not expire in it
+// too. The mode ends, and the boost with it, when the cycle ends, whatever
+// ends it (the backlog drained, a failure, Stop); entering and leaving are
+// logged and reported (Observer.Cascade).
+//
+// # Hooks
+//
+// Config.Hooks release what an expired operation held. They run once per
+// expired entry, after this Service resolved it (not for entries resolved
+// by someone else, nor for entries left expired), from a queue served by at
+// most HookConcurrency goroutines, each bounded by HookTimeout; a failure is
+// logged and reported and never delays a resolution. Stop cancels the
+// running hooks and drops the queued ones. Hooks are best effort: a crash
+// between a resolution and its hooks skips them.
 //
 // # Observing
 //
 // Config.Observer is told what each entry and each cycle came to, when
 // cascade mode starts and ends, and which hooks failed. An Observer that
-// also implements StepObserver is told every recovery step tried (feed a
-// recovery.RateFilter from it), and one that implements Tracer follows each
-// cycle and each recovery with the context it runs under (spans). The
-// metrics package's CleanupObserver implements all three.
+// also implements StepObserver is told every recovery step tried, and one
+// that implements Tracer follows each cycle and each recovery with the
+// context it runs under (spans). The metrics package's CleanupObserver
+// implements all three. Config.MinStepSuccessRate feeds a recovery.RateFilter
+// from the same reports.
 //
 // # Lifecycle
 //
-// Start runs the loop in the background and returns; Stop cancels it and
-// waits for the loop and every hook it started. Stop is safe before Start and
-// twice. RunOnce runs one cycle in the caller's goroutine, for tests and
-// operator tools.
+// Start runs the loop in the background and returns; Stop cancels it, cancels
+// the hooks, and waits for every goroutine it started. Stop is safe before
+// Start and twice. RunOnce runs one full cycle in the caller's goroutine,
+// for tests and operator tools.
 package cleanup

@@ -8,15 +8,15 @@ import (
 )
 
 // StepObserver is an Observer that also wants the outcome of every recovery
-// step the loop tries: the metrics package counts them by step and kind,
-// and a recovery.RateFilter can be fed from it (Record). The loop detects it
-// on Config.Observer. Its method must not block.
+// step the loop tries: the metrics package counts them by step and kind.
+// The loop detects it on Config.Observer. Its method must not block.
 type StepObserver interface {
 	// Step reports one step tried on e: r.Recovered and a nil err when it
-	// resolved the entry, a nil err and r.Recovered false when it declined,
-	// an error when it could not decide. ctx is the recovery's (see
-	// Tracer). Entries declared gaps in a batch report the Gap step once
-	// each.
+	// resolved the entry (r.Elsewhere when it found it resolved by someone
+	// else), a nil err and r.Recovered false when it declined, an error
+	// when it could not decide. ctx is the recovery's (see Tracer). Steps
+	// whose writes the loop batches are reported once each entry's write
+	// is done.
 	Step(ctx context.Context, e store.Entry, step string, r recovery.Result, err error)
 }
 
@@ -28,8 +28,9 @@ type StepObserver interface {
 type Tracer interface {
 	// StartCycle is called as a cycle starts.
 	StartCycle(ctx context.Context) (context.Context, func(CycleResult, error))
-	// StartRecovery is called as the loop starts resolving one expired
-	// entry (for entries declared gaps in a batch: as the batch starts).
+	// StartRecovery is called as the loop starts deciding what becomes of
+	// one expired entry; the outcome comes once its write is done (or
+	// abandoned, with an error).
 	StartRecovery(ctx context.Context, e store.Entry) (context.Context, func(recovery.Result, error))
 }
 
@@ -50,54 +51,14 @@ func (sv *Service) startRecovery(ctx context.Context, e store.Entry) (context.Co
 	return ctx, func(recovery.Result, error) {}
 }
 
-// stepFunc returns the observe function of recovery.Pipeline.Run for e, nil
-// if the Observer is no StepObserver.
-func (sv *Service) stepFunc(ctx context.Context, e store.Entry) func(string, recovery.Result, error) {
-	so, ok := sv.observer.(StepObserver)
-	if !ok {
-		return nil
+// step reports one step tried on e to the StepObserver and to the rate
+// filter. A step that found the entry resolved elsewhere tells the filter
+// nothing about the step.
+func (sv *Service) step(ctx context.Context, e store.Entry, step string, r recovery.Result, err error) {
+	if so, ok := sv.observer.(StepObserver); ok {
+		so.Step(ctx, e, step, r, err)
 	}
-	return func(step string, r recovery.Result, err error) { so.Step(ctx, e, step, r, err) }
-}
-
-// runPipeline runs pipeline p on e, followed by the Tracer and StepObserver.
-func (sv *Service) runPipeline(ctx context.Context, p recovery.Pipeline, e store.Entry) (recovery.Result, error) {
-	ctx, end := sv.startRecovery(ctx, e)
-	r, err := p.Run(ctx, e, sv.stepFunc(ctx, e))
-	end(r, err)
-	return r, err
-}
-
-// batchSpans follows entries declared gaps in one batch.
-type batchSpans struct {
-	sv   *Service
-	ctxs []context.Context
-	ends []func(recovery.Result, error)
-}
-
-// startBatch starts following the entries of a gap batch.
-func (sv *Service) startBatch(ctx context.Context, es []store.Entry) *batchSpans {
-	b := &batchSpans{sv: sv}
-	if _, ok := sv.observer.(Tracer); !ok {
-		if _, ok := sv.observer.(StepObserver); !ok {
-			return b
-		}
+	if sv.rates != nil && !r.Elsewhere {
+		sv.rates.Record(step, e.Kind, err == nil && r.Recovered)
 	}
-	b.ctxs = make([]context.Context, len(es))
-	b.ends = make([]func(recovery.Result, error), len(es))
-	for i, e := range es {
-		b.ctxs[i], b.ends[i] = sv.startRecovery(ctx, e)
-	}
-	return b
-}
-
-// end reports the outcome of the i-th entry of the batch.
-func (b *batchSpans) end(i int, e store.Entry, r recovery.Result, err error) {
-	if b.ends == nil {
-		return
-	}
-	if so, ok := b.sv.observer.(StepObserver); ok {
-		so.Step(b.ctxs[i], e, recovery.MethodGap, r, err)
-	}
-	b.ends[i](r, err)
 }

@@ -119,6 +119,11 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts) (
 	}
 	if opts.KeepAlive {
 		if err := l.KeepAlive(); err != nil {
+			// Over already: the attempt outlasted the local deadline. Free
+			// the name rather than leave it to the backend's expiry.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
+			defer cancel()
+			_ = l.Close(rctx)
 			return nil, err
 		}
 	}
@@ -135,6 +140,7 @@ func (m *Manager) register(l *Lease) bool {
 	}
 	if l.Err() == nil {
 		m.held[l.name] = l
+		m.live[l] = struct{}{}
 	}
 	return true
 }
@@ -143,8 +149,10 @@ func (m *Manager) register(l *Lease) bool {
 func (m *Manager) unregister(l *Lease) {
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
+	delete(m.live, l)
 	if m.held[l.name] == l {
 		delete(m.held, l.name)
+		m.forgetRivals(l.name)
 	}
 }
 
@@ -156,12 +164,12 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 		opts = &AcquireOpts{}
 	}
 	if err := m.checkOpts(name, opts); err != nil {
-		return nil, fmt.Errorf("lease: try acquire %q: %w", name, err)
+		return nil, fmt.Errorf("lease: try acquire %s: %w", quote(name), err)
 	}
 	l, err := m.attempt(ctx, name, opts)
 	m.observeAcquire(ctx, opts, err)
 	if err != nil {
-		return nil, fmt.Errorf("lease: try acquire %q: %w", name, err)
+		return nil, fmt.Errorf("lease: try acquire %s: %w", quote(name), err)
 	}
 	return l, nil
 }
@@ -181,7 +189,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 		opts = &AcquireOpts{}
 	}
 	if err := m.checkOpts(name, opts); err != nil {
-		return nil, fmt.Errorf("lease: acquire %q: %w", name, err)
+		return nil, fmt.Errorf("lease: acquire %s: %w", quote(name), err)
 	}
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -191,7 +199,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 	l, err := m.acquire(ctx, name, opts)
 	m.observeAcquire(ctx, opts, err)
 	if err != nil {
-		return nil, fmt.Errorf("lease: acquire %q: %w", name, timeoutError(ctx, opts.Timeout, err))
+		return nil, fmt.Errorf("lease: acquire %s: %w", quote(name), timeoutError(ctx, opts.Timeout, err))
 	}
 	return l, nil
 }
@@ -229,7 +237,8 @@ func (e *heldWaitError) Unwrap() []error { return []error{e.ctxErr, e.held} }
 // acquire is the wait loop of a blocking acquire.
 func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
 	w := m.join(name)
-	defer m.leave(name, w)
+	acquired := false
+	defer func() { m.leave(ctx, name, w, acquired) }()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 10 * time.Millisecond
 	bo.MaxInterval = max(m.pollInterval, bo.InitialInterval)
@@ -245,22 +254,24 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 		if err := m.waitTurn(ctx, name, w); err != nil {
 			return nil, ended(err)
 		}
+		before := m.now()
 		l, err := m.attempt(ctx, name, opts)
 		if err == nil {
+			acquired = true
+			m.won(name)
 			return l, nil
 		}
+		after := m.now()
 		var held *HeldError
 		var pause time.Duration
 		switch {
 		case errors.As(err, &held):
-			if lastHeld != nil && held.Fence != lastHeld.Fence && held.Owner != m.owner {
-				// The name changed hands while this process waited: a
-				// waiter elsewhere won. Say so, so that its process gives
-				// this one a turn (Config.HandoffGrace).
-				m.announce(ctx, name)
-			}
 			lastHeld = held
 			pause = min(m.jitteredPoll(), held.Remaining()+time.Millisecond)
+			// The backend read its clock about halfway through the attempt.
+			if next := m.sawHeld(ctx, name, w, held, before.Add(after.Sub(before)/2)); next > 0 {
+				pause = min(pause, next) // refresh the announcement in time
+			}
 			bo.Reset()
 			if m.testHooks.paused != nil {
 				m.testHooks.paused(name)
@@ -284,15 +295,6 @@ func (m *Manager) jitteredPoll() time.Duration {
 		return m.pollInterval
 	}
 	return m.pollInterval - spread + rand.N(2*spread+1)
-}
-
-// announce tells other processes that this one lost a race for name.
-func (m *Manager) announce(ctx context.Context, name string) {
-	actx, cancel := m.queryContext(ctx)
-	defer cancel()
-	if err := m.store.AnnounceLeaseWaiter(actx, name, m.owner); err != nil && ctx.Err() == nil {
-		m.logger.Warn("lease: announcing a waiter failed", slog.String("name", name), slog.Any("error", err))
-	}
 }
 
 // pause waits d, or until w is woken, ctx ends or the Manager stops.
@@ -337,10 +339,10 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 	}
 	for i, name := range sorted {
 		if err := m.checkOpts(name, opts); err != nil {
-			return nil, fmt.Errorf("lease: acquire all: %q: %w", name, err)
+			return nil, fmt.Errorf("lease: acquire all: %s: %w", quote(name), err)
 		}
 		if i > 0 && name == sorted[i-1] {
-			return nil, fmt.Errorf("lease: acquire all: %w: %q twice", store.ErrInvalidLeaseName, name)
+			return nil, fmt.Errorf("lease: acquire all: %w: %s twice", store.ErrInvalidLeaseName, quote(name))
 		}
 	}
 	if opts.Timeout > 0 && wait {
@@ -366,18 +368,31 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 				}
 			}
 			cancel()
-			return nil, fmt.Errorf("lease: acquire all: %q: %w", name, timeoutError(ctx, opts.Timeout, err))
+			return nil, fmt.Errorf("lease: acquire all: %s: %w", quote(name), timeoutError(ctx, opts.Timeout, err))
 		}
 		out = append(out, l)
 	}
 	return out, nil
 }
 
-// queue is the waiters of a name in this process, first first.
-type queue struct{ waiters []*waiter }
+// queue is the waiters of a name in this process, first first, and what
+// this process announced for the name (see fair.go).
+type queue struct {
+	waiters   []*waiter
+	announced time.Time // local: when the head last announced; zero: nothing out
+	since     time.Time // the ticket announced
+	reply     bool      // a newcomer announced itself: announce again
+	holding   bool      // the head holds back for a rival
+}
 
 // waiter is one blocked acquire.
-type waiter struct{ wake chan struct{} } // capacity 1
+type waiter struct {
+	wake  chan struct{} // capacity 1
+	asked time.Time     // local: when the acquire began
+	since time.Time     // its ticket: asked by the backend's clock; zero until known
+
+	waited bool // it found the name held at least once (m.qmu)
+}
 
 func (w *waiter) poke() {
 	select {
@@ -388,7 +403,7 @@ func (w *waiter) poke() {
 
 // join queues a new waiter for name.
 func (m *Manager) join(name string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan struct{}, 1), asked: m.now()}
 	m.qmu.Lock()
 	q := m.queues[name]
 	if q == nil {
@@ -404,46 +419,72 @@ func (m *Manager) join(name string) *waiter {
 	return w
 }
 
-// leave removes w from the queue of name and wakes the next waiter.
-func (m *Manager) leave(name string, w *waiter) {
+// leave removes w from the queue of name and wakes the next waiter. When
+// the queue empties because w gave up, this process's announcement for
+// name is withdrawn; when w acquired the name, the others learn it from the
+// name's holding (see refreshRivals).
+func (m *Manager) leave(ctx context.Context, name string, w *waiter, acquired bool) {
 	m.qmu.Lock()
-	defer m.qmu.Unlock()
 	q := m.queues[name]
 	i := slices.Index(q.waiters, w)
 	q.waiters = slices.Delete(q.waiters, i, i+1)
+	withdraw := false
 	switch {
 	case len(q.waiters) == 0:
 		delete(m.queues, name)
+		m.forgetRivals(name)
+		withdraw = !acquired && !q.announced.IsZero() && !m.isStopping()
 	case i == 0:
+		q.holding = false
 		q.waiters[0].poke()
+	}
+	m.qmu.Unlock()
+	if withdraw {
+		m.announce(context.WithoutCancel(ctx), store.LeaseWaiter{Name: name, Waiter: m.owner})
 	}
 }
 
-// waitTurn waits until w is the first waiter of name and no hand-off grace
-// holds this process back.
+// waitTurn waits until w is the first waiter of name and no older waiter
+// of another process is being given its turn (HandoffGrace). Before it
+// holds back, and whenever it is woken while it does, it reads the name's
+// holding: a rival seen holding it since it announced itself got its turn.
 func (m *Manager) waitTurn(ctx context.Context, name string, w *waiter) error {
+	refresh := true
 	for {
 		m.qmu.Lock()
-		first := m.queues[name].waiters[0] == w
-		grace := time.Duration(0)
-		if until, ok := m.grace[name]; ok {
-			if grace = until.Sub(m.now()); grace <= 0 {
-				delete(m.grace, name)
-			}
+		q := m.queues[name]
+		first := q.waiters[0] == w
+		var hold time.Duration
+		if first {
+			hold = m.holdBack(name, w)
+		}
+		if hold > 0 && refresh {
+			m.qmu.Unlock()
+			refresh = false
+			m.refreshRivals(ctx, name)
+			continue
+		}
+		began := hold > 0 && !q.holding // a hold-back begins
+		if first {
+			q.holding = hold > 0
 		}
 		m.qmu.Unlock()
-		if first && grace <= 0 {
+		if first && hold <= 0 {
 			return nil
 		}
 		var timeout <-chan time.Time
 		var t *time.Timer
 		if first {
-			t = time.NewTimer(grace)
+			if began && m.testHooks.holding != nil {
+				m.testHooks.holding(name)
+			}
+			t = time.NewTimer(hold)
 			timeout = t.C
 		}
 		var err error
 		select {
 		case <-w.wake:
+			refresh = true
 		case <-timeout:
 		case <-ctx.Done():
 			err = ctx.Err()
@@ -468,29 +509,13 @@ func (m *Manager) wakeHead(name string) {
 	}
 }
 
-// wakeAllHeads wakes the first waiter of every name.
+// wakeAllHeads wakes the first waiter of every name; the heads that
+// announced themselves will announce again (notices may have been missed).
 func (m *Manager) wakeAllHeads() {
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
 	for _, q := range m.queues {
+		q.reply = !q.announced.IsZero()
 		q.waiters[0].poke()
 	}
 }
-
-// releasing is called before this process releases name: if a waiter of
-// another process announced it lost a race for name, this process holds
-// back from name for HandoffGrace, so that one gets its turn. (Before, not
-// after: the backend's notice of the release may wake the waiters here
-// before the release returns.)
-func (m *Manager) releasing(name string) {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	if _, ok := m.contended[name]; ok {
-		delete(m.contended, name)
-		m.grace[name] = m.now().Add(m.handoffGrace)
-	}
-}
-
-// released is called after this process released name: it hands the name
-// to the next waiter here (after the grace, if any).
-func (m *Manager) released(name string) { m.wakeHead(name) }

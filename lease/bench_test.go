@@ -48,8 +48,10 @@ func benchStores(b *testing.B) []struct {
 
 // BenchmarkAcquireRelease measures acquire+release cycles: one goroutine on
 // its own name, 16 goroutines on 16 names, and 16 goroutines contending for
-// one name with blocking acquires (the Manager's queue hands it from one to
-// the next). ns/op is per cycle of the whole group; cycles/s is reported.
+// one name with blocking acquires, in one Manager (its queue hands the name
+// from one to the next) or split over two Managers on two pools (two
+// processes: the hand-off is first come, first served across them). ns/op
+// is per cycle of the whole group; cycles/s is reported.
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, st := range benchStores(b) {
 		for _, c := range []struct {
@@ -57,18 +59,24 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			goroutines int
 			oneName    bool
 			noHistory  bool
+			managers   int
 		}{
-			{"1", 1, false, false},
-			{"16", 16, false, false},
-			{"16-one-name", 16, true, false},
-			{"1-no-history", 1, false, true},
-			{"16-no-history", 16, false, true},
+			{"1", 1, false, false, 1},
+			{"16", 16, false, false, 1},
+			{"16-one-name", 16, true, false, 1},
+			{"16-one-name-2-managers", 16, true, false, 2},
+			{"1-no-history", 1, false, true, 1},
+			{"16-no-history", 16, false, true, 1},
 		} {
 			b.Run(st.name+"/"+c.name, func(b *testing.B) {
-				m, err := lease.New(st.first, &lease.Config{Owner: fmt.Sprint("bench-", b.Name()), DisableHistory: c.noHistory, CleanupInterval: -1})
-				require.NoError(b, err)
-				require.NoError(b, m.Start(b.Context()))
-				defer m.Stop()
+				var ms []*lease.Manager
+				for i, s := range []lease.Store{st.first, st.second}[:c.managers] {
+					m, err := lease.New(s, &lease.Config{Owner: fmt.Sprint("bench-", b.Name(), "-", i), DisableHistory: c.noHistory, CleanupInterval: -1})
+					require.NoError(b, err)
+					require.NoError(b, m.Start(b.Context()))
+					defer m.Stop()
+					ms = append(ms, m)
+				}
 				ctx := b.Context()
 				var next atomic.Int64
 				var wg sync.WaitGroup
@@ -79,6 +87,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					if c.oneName {
 						name = b.Name()
 					}
+					m := ms[g%len(ms)]
 					wg.Go(func() {
 						for next.Add(1) <= int64(b.N) {
 							var l *lease.Lease

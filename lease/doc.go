@@ -76,17 +76,29 @@
 // the name to the next waiter at once; a release elsewhere wakes it through
 // the backend's notice (PostgreSQL NOTIFY, on a listening connection of its
 // own), and a jittered poll (PollInterval, and the holder's expiry) covers
-// lost notices. Across processes, a waiter that saw the name change hands
-// to someone else announces that it lost a race; the process that next
-// releases the name then holds back for HandoffGrace before taking it
-// again, so no process starves while another keeps winning.
+// lost notices.
+//
+// Across processes the hand-off is roughly first come, first served (see
+// fair.go): the first waiter of each process that finds the name held
+// announces itself to the others (a notice, no table write) with the time
+// it asked by the backend's clock; when the name may be free, a first
+// waiter that knows of an older waiter elsewhere holds back for
+// HandoffGrace so that one takes it. One process alone never announces. A
+// waiter whose process died costs at most one grace, and its announcement
+// expires. Per-process FIFO queues merged by their first waiters' times
+// give a global FIFO, to within the precision of those times (about a
+// round trip). TryAcquire does not queue: it takes a free name at once.
 //
 // # Lifecycle and failures
 //
 // New gives a working Manager; Start adds the notice watch and the
 // maintenance loop (CleanupExpired and the history retention, every
 // CleanupInterval), and Stop releases every lease this process holds, then
-// stops and waits for every goroutine. Stop is safe before Start and twice.
+// stops and waits for every goroutine, the subscriptions' included (a
+// subscriber gets ReleaseTimeout to receive what is queued; the rest is
+// dropped). Stop is safe before Start and twice. A Release ends the lease
+// locally (Done, Context) before it frees the name in the backend, so a
+// holder's Context never overlaps the next holder's.
 // A lost connection makes renewals fail and retry until the local deadline,
 // then the lease ends with ErrLost and the Context is cancelled before the
 // backend's expiry. Bad input fails with an error matching

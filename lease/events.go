@@ -34,9 +34,14 @@ type Event struct {
 }
 
 // Subscription receives the events of a Manager's leases, in the order they
-// happened, each exactly once. Events queue without bound while the
-// receiver is slow, so the loops that make them never wait for it and no
-// transition is dropped; a goroutine of the Subscription feeds them to C.
+// happened, each exactly once while it is open. Events queue without bound
+// while the receiver is slow, so the loops that make them never wait for it
+// and no transition is dropped; a goroutine of the Subscription, owned by
+// the Manager, feeds them to C. It ends with Close, or with the Manager's
+// Stop: Stop ends every lease first (their last events are queued), then
+// gives the subscriptions up to Config.ReleaseTimeout to deliver what is
+// queued, drops what is left after that (a receiver that stopped reading),
+// closes every C and waits for every goroutine.
 type Subscription struct {
 	ch    chan Event
 	ready chan struct{} // capacity 1: the queue grew or the subscription ends
@@ -52,29 +57,35 @@ type Subscription struct {
 
 // Subscribe returns a new Subscription to every event of this Manager's
 // leases from now on. Read C until it closes (after Stop), or call Close.
+// After Stop, it returns a Subscription whose C is closed.
 func (m *Manager) Subscribe() *Subscription {
 	s := &Subscription{
 		ch: make(chan Event), ready: make(chan struct{}, 1), quit: make(chan struct{}),
 		done: make(chan struct{}), m: m,
 	}
 	m.subMu.Lock()
+	defer m.subMu.Unlock()
 	if m.ended {
-		s.ending = true
-	} else {
-		m.subs = append(m.subs, s)
+		close(s.ch)
+		close(s.done)
+		return s
 	}
-	m.subMu.Unlock()
-	go s.run()
+	m.subs = append(m.subs, s)
+	m.subWG.Add(1) // under subMu: Stop waits only after ended is set
+	go func() {
+		defer m.subWG.Done()
+		s.run()
+	}()
 	return s
 }
 
-// C returns the channel of events. It is closed after Stop, once every event
-// was delivered, or by Close.
+// C returns the channel of events. It is closed by Close, or by Stop once
+// every queued event was delivered (or dropped: see Subscription).
 func (s *Subscription) C() <-chan Event { return s.ch }
 
 // Close ends the subscription at once: events not yet received are
 // dropped, C is closed, and the subscription's goroutine is waited for. It
-// is safe twice.
+// is safe twice, and after Stop.
 func (s *Subscription) Close() {
 	s.once.Do(func() {
 		s.m.subMu.Lock()
@@ -116,6 +127,11 @@ func (s *Subscription) end() {
 func (s *Subscription) run() {
 	defer close(s.done)
 	defer close(s.ch)
+	defer func() { // free what a receiver that stopped reading left queued
+		s.mu.Lock()
+		s.queue = nil
+		s.mu.Unlock()
+	}()
 	for {
 		s.mu.Lock()
 		var e Event
@@ -132,6 +148,8 @@ func (s *Subscription) run() {
 			select {
 			case s.ch <- e:
 			case <-s.quit:
+				return
+			case <-s.m.subDrop:
 				return
 			}
 		case ending:
@@ -156,7 +174,9 @@ func (m *Manager) emit(e Event) {
 	}
 }
 
-// endSubscriptions makes every subscription close after its queued events.
+// endSubscriptions makes every subscription close after its queued events
+// and waits for their goroutines: up to Config.ReleaseTimeout for the
+// events to be received, then it drops the rest.
 func (m *Manager) endSubscriptions() {
 	m.subMu.Lock()
 	subs := m.subs
@@ -165,5 +185,18 @@ func (m *Manager) endSubscriptions() {
 	m.subMu.Unlock()
 	for _, s := range subs {
 		s.end()
+	}
+	done := make(chan struct{})
+	go func() {
+		m.subWG.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(m.releaseTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		close(m.subDrop)
+		<-done
 	}
 }

@@ -77,23 +77,54 @@ func holdings(t *testing.T, s lease.Store) map[string][]*holding {
 }
 
 // TestMutualExclusionUnderContention has two Managers (on PostgreSQL, on two
-// independent pools: two processes as far as the database can tell) with
-// several goroutines each fight for a few names for three seconds: blocking
-// and non-blocking acquires, renewals, kept-alive leases, releases, leases
-// abandoned to expire, force-releases. Then, from the audit history on the
-// backend's clock, every holding's interval is rebuilt: holdings of a name
-// never overlap, and fences increase by one in time order (I8).
+// independent pools: two processes as far as the database can tell; it
+// runs alone, one backend after the other) with
+// eight goroutines each fight for three names for five seconds: blocking and
+// non-blocking acquires, renewals, kept-alive leases, releases, leases
+// abandoned to expire, force-releases. Two checks follow.
+//
+// The backend's: from the audit history on the backend's clock, every
+// holding's interval is rebuilt; holdings of a name never overlap, and
+// fences increase by one in time order (I8).
+//
+// The clients': each holder records, on the local monotonic clock (one
+// process: both Managers' clocks are the same), the interval from its
+// acquire returning until its lease's Context ended (before Release
+// returned, or at the local deadline, or when the keep-alive gave up).
+// These intervals never overlap on a name either, except those of holdings
+// that were force-released (an operator's act, which deposes a holder
+// without asking it).
 func TestMutualExclusionUnderContention(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	inTurn(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
-		s := b.open(t)
-		managers := []*lease.Manager{
-			newManager(t, s, &lease.Config{Owner: "p1", PollInterval: 20 * time.Millisecond, CleanupInterval: 100 * time.Millisecond}),
-			newManager(t, b.open(t), &lease.Config{Owner: "p2", PollInterval: 20 * time.Millisecond, CleanupInterval: 100 * time.Millisecond}),
+		s := b.open(t) // for the history; each Manager gets a pool of its own
+		cfg := func(owner string) *lease.Config {
+			return &lease.Config{Owner: owner, PollInterval: 20 * time.Millisecond, CleanupInterval: 100 * time.Millisecond,
+				SafetyMargin: 50 * time.Millisecond} // a margin over the timers' lateness on a busy machine
+		}
+		managers := []*lease.Manager{newManager(t, b.open(t), cfg("p1")), newManager(t, b.open(t), cfg("p2"))}
+		type interval struct {
+			start, end time.Time
+			owner      string
+		}
+		var imu sync.Mutex
+		intervals := map[string]*interval{} // name#fence
+		key := func(name string, fence int64) string { return fmt.Sprint(name, "#", fence) }
+		for _, m := range managers {
+			lease.OnEnded(m, func(name string, fence int64, _ error) {
+				now := time.Now()
+				imu.Lock()
+				defer imu.Unlock()
+				if iv := intervals[key(name, fence)]; iv != nil {
+					iv.end = now
+				} else {
+					intervals[key(name, fence)] = &interval{end: now} // ended before its acquire returned (Stop)
+				}
+			})
 		}
 		names := []string{"a", "b", "c"}
-		const perManager = 6
-		deadline := time.Now().Add(3 * time.Second)
+		const perManager = 8
+		deadline := time.Now().Add(5 * time.Second)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		ops := map[string]int{}
@@ -104,7 +135,7 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 					r := rand.New(rand.NewPCG(uint64(mi), uint64(g)))
 					for time.Now().Before(deadline) {
 						name := names[r.IntN(len(names))]
-						ttl := []time.Duration{30 * time.Millisecond, 100 * time.Millisecond, time.Second}[r.IntN(3)]
+						ttl := []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, time.Second}[r.IntN(3)]
 						opts := &lease.AcquireOpts{TTL: ttl, Timeout: 500 * time.Millisecond, KeepAlive: r.IntN(4) == 0}
 						var l *lease.Lease
 						var err error
@@ -121,20 +152,28 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 							t.Error(err)
 							return
 						}
+						started := time.Now()
+						imu.Lock()
+						if iv := intervals[key(name, l.Fence())]; iv != nil {
+							iv.start, iv.owner = started, m.Owner() // it ended at once
+						} else {
+							intervals[key(name, l.Fence())] = &interval{start: started, owner: m.Owner()}
+						}
+						imu.Unlock()
 						count("acquired")
 						if r.IntN(2) == 0 {
 							if err := l.Renew(ctx); err == nil {
 								count("renewed")
 							}
 						}
-						switch r.IntN(10) {
-						case 0: // abandon it: it expires (or Stop releases it)
+						switch r.IntN(25) {
+						case 0, 1, 2: // abandon it: it expires (or Stop releases it)
 							if !opts.KeepAlive {
 								count("abandoned")
 								continue
 							}
 							_ = l.Close(ctx)
-						case 1:
+						case 3:
 							if _, err := managers[1-mi].ForceRelease(ctx, m.Owner()); err != nil {
 								t.Error(err)
 							}
@@ -144,6 +183,9 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 							if err := l.Release(ctx); err != nil {
 								t.Error(err)
 							}
+						}
+						if l.Context().Err() == nil {
+							t.Errorf("%s#%d: Context not ended when Release returned", name, l.Fence())
 						}
 					}
 				})
@@ -155,6 +197,7 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 		}
 
 		total := 0
+		forced := map[string]bool{}
 		for name, hs := range holdings(t, s) {
 			slices.SortFunc(hs, func(x, y *holding) int { return x.start.Compare(y.start) })
 			for i, h := range hs {
@@ -166,10 +209,43 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 						name, h.fence, h.owner, h.start, prev.fence, prev.owner, prev.end,
 						strings.Join(prev.events, "\n"), strings.Join(h.events, "\n"))
 				}
+				if h.ended == store.LeaseForceReleased {
+					forced[key(name, h.fence)] = true
+				}
 			}
 			total += len(hs)
+			require.GreaterOrEqual(t, len(hs), 15, "%s: holdings (about 100 each on a quiet machine)", name)
 		}
-		t.Logf("%d holdings checked; operations: %v", total, ops)
-		require.Greater(t, total, 50)
+		t.Logf("%d holdings checked on the backend's clock; operations: %v", total, ops)
+
+		imu.Lock() // every lease ended before Stop returned; the lock is for form
+		defer imu.Unlock()
+		byName := map[string][]string{}
+		empty := 0
+		for k, iv := range intervals {
+			require.False(t, iv.end.IsZero(), "%s never ended", k)
+			if iv.start.IsZero() || iv.end.Before(iv.start) {
+				// Over (its local deadline passed during a slow acquire)
+				// before its holder had it, or before it looked.
+				empty++
+				continue
+			}
+			if !forced[k] {
+				name, _, _ := strings.Cut(k, "#")
+				byName[name] = append(byName[name], k)
+			}
+		}
+		checked := 0
+		for name, keys := range byName {
+			slices.SortFunc(keys, func(x, y string) int { return intervals[x].start.Compare(intervals[y].start) })
+			for i := 1; i < len(keys); i++ {
+				prev, cur := intervals[keys[i-1]], intervals[keys[i]]
+				require.False(t, cur.start.Before(prev.end), "%s: the holder of %s (%s) started %v before the holder of %s (%s) ended",
+					name, keys[i], cur.owner, prev.end.Sub(cur.start), keys[i-1], prev.owner)
+			}
+			checked += len(keys)
+		}
+		t.Logf("%d holdings checked on the clients' clock (%d force-released left out, %d over before their holder had them)",
+			checked, len(forced), empty)
 	})
 }

@@ -1,12 +1,26 @@
 package lease
 
+import "github.com/seqlease/seqlease/store"
+
 // OnWaiting makes m call f whenever a blocking acquire joins the queue of a
 // name, with the queue's new length.
 func OnWaiting(m *Manager, f func(name string, queued int)) { m.testHooks.waiting = f }
 
-// OnWanted makes m call f whenever it hears that a waiter of another
-// process lost a race for a name.
-func OnWanted(m *Manager, f func(name, waiter string)) { m.testHooks.wanted = f }
+// OnWanted makes m call f whenever it hears the announcement of a waiter
+// of another process, after recording it.
+func OnWanted(m *Manager, f func(w store.LeaseWaiter)) { m.testHooks.wanted = f }
+
+// Rivals returns how many announcements of other processes' waiters m
+// keeps.
+func Rivals(m *Manager) int {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	n := 0
+	for _, rs := range m.rivals {
+		n += len(rs)
+	}
+	return n
+}
 
 // OnReset makes m call f whenever its watch starts listening. Set it before
 // Start.
@@ -15,3 +29,14 @@ func OnReset(m *Manager, f func()) { m.testHooks.reset = f }
 // OnPaused makes m call f whenever a blocked acquire found the name held
 // and starts to wait.
 func OnPaused(m *Manager, f func(name string)) { m.testHooks.paused = f }
+
+// OnHolding makes m call f whenever the first waiter of a name holds back
+// for an older waiter of another process.
+func OnHolding(m *Manager, f func(name string)) { m.testHooks.holding = f }
+
+// OnEnded makes m call f whenever one of its leases ends, right after its
+// Context was cancelled (under the lease's lock: f must not call it).
+func OnEnded(m *Manager, f func(name string, fence int64, err error)) { m.testHooks.ended = f }
+
+// SetListPage sets how many holdings m lists per statement.
+func SetListPage(m *Manager, n int) { m.listPage = n }

@@ -28,6 +28,7 @@ type Lease struct {
 	maxRenewals int
 	kind        string    // for the Observer
 	start       time.Time // local: when the acquire attempt started
+	obsEnd      func()    // the Observer's end of the holding; nil without one
 
 	renewMu sync.Mutex // one renewal at a time
 
@@ -139,6 +140,9 @@ func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duratio
 		over: make(chan struct{}),
 	}
 	l.deadline = start.Add(ttl - l.margin)
+	if m.observer != nil {
+		l.obsEnd = m.observer.Held(kind)
+	}
 	l.mu.Lock() // so that Acquired is this lease's first event
 	l.timer = time.AfterFunc(max(l.deadline.Sub(m.now()), 0), l.onDeadline)
 	m.emit(l.event(Acquired, g.AcquiredAt, nil))
@@ -192,10 +196,10 @@ func (l *Lease) endLocked(cause error) {
 	}
 	l.cause = cause
 	l.timer.Stop()
-	l.m.unregister(l)
 	kind := endKind(cause)
 	l.m.emit(l.event(kind, time.Time{}, cause))
 	if obs := l.m.observer; obs != nil {
+		l.obsEnd()
 		held := l.m.now().Sub(l.start)
 		if kind == Released {
 			obs.Released(context.Background(), l.kind, held)
@@ -208,6 +212,13 @@ func (l *Lease) endLocked(cause error) {
 	if l.cancelCtx != nil {
 		l.cancelCtx(cause)
 	}
+	if l.m.testHooks.ended != nil {
+		l.m.testHooks.ended(l.name, l.fence, cause)
+	}
+	// After everything: a Stop that no longer finds the lease among the
+	// live ones knows its end was told (its last event queued before the
+	// subscriptions end).
+	l.m.unregister(l)
 }
 
 // endKind names the event of a lease that ended with cause.
@@ -233,7 +244,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.renewMu.Lock()
 	defer l.renewMu.Unlock()
 	if err := l.Err(); err != nil {
-		return fmt.Errorf("lease: renew %q: %w", l.name, err)
+		return fmt.Errorf("lease: renew %s: %w", quote(l.name), err)
 	}
 	l.mu.Lock()
 	ttl := l.ttl
@@ -264,7 +275,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if l.cause != nil {
 		// Over locally in the meantime (the deadline passed while the
 		// renewal was in flight): stay over.
-		return fmt.Errorf("lease: renew %q: %w", l.name, l.cause)
+		return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.cause)
 	}
 	l.renewedAt, l.expiresAt, l.renewals = g.RenewedAt, g.ExpiresAt, g.Renewals
 	l.lastErr = nil
@@ -289,41 +300,42 @@ func renewFailure(err error) error {
 	return nil
 }
 
-// Release stops the keep-alive, if one runs, and releases the lease: its
-// name is free at once for the next holder, and the waiters of this process
-// and (through the backend's notice) of others are woken. Release after the
-// lease expired, was lost or force-released is safe: it returns nil and
-// changes nothing in the backend, whoever holds the name now. A second
-// Release returns an error matching ErrReleased; Close does not. If the
-// release could not reach the backend, the lease is over all the same (its
-// holder gave it up) and the error is returned: call Release again to retry,
-// or let the lease expire.
+// Release stops the keep-alive, if one runs, ends the lease (Done closes,
+// Context is cancelled) and then releases it in the backend: its name is
+// free at once for the next holder, and the waiters of this process and
+// (through the backend's notice) of others are woken. The lease ends before
+// the backend frees the name, so its Context never overlaps the next
+// holder's.
+//
+// Release after the lease expired, was lost or force-released is safe: it
+// never touches a newer holding and returns nil. When nothing else ended
+// the holding in the backend (nobody took the name over, the maintenance
+// did not mark it expired, it was not force-released), the backend records
+// it as released; that also frees at once a holding whose local deadline
+// passed but whose backend expiry has not. A second Release returns an
+// error matching ErrReleased; Close does not. If the release could not
+// reach the backend, the lease is over all the same (its holder gave it
+// up) and the error is returned: call Release again to retry, or let the
+// lease expire.
 func (l *Lease) Release(ctx context.Context) error {
 	l.stopKeepAlive()
 	l.mu.Lock()
 	again, inDB := l.released, l.releasedDB
+	l.endLocked(fmt.Errorf("%w: %q by its holder", ErrReleased, l.name)) // the first cause wins
 	l.mu.Unlock()
 	if again {
-		return fmt.Errorf("lease: release %q: %w", l.name, ErrReleased)
+		return fmt.Errorf("lease: release %s: %w", quote(l.name), ErrReleased)
 	}
-	var err error
 	if !inDB { // else the keep-alive released it when it gave it up
-		l.m.releasing(l.name)
-		err = l.m.store.ReleaseLease(ctx, l.name, l.owner, l.fence, &store.LeaseOpParams{NoHistory: l.m.noHistory})
-		if errors.Is(err, ErrReleased) {
-			err = nil // a retry whose first attempt went through
+		err := l.m.store.ReleaseLease(ctx, l.name, l.owner, l.fence, &store.LeaseOpParams{NoHistory: l.m.noHistory})
+		if err != nil && !errors.Is(err, ErrReleased) { // ErrReleased: a retry whose first attempt went through
+			return fmt.Errorf("lease: release %s: %w", quote(l.name), err)
 		}
 	}
 	l.mu.Lock()
-	if err == nil {
-		l.releasedDB, l.released = true, true
-	}
-	l.endLocked(fmt.Errorf("%w: %q by its holder", ErrReleased, l.name))
+	l.releasedDB, l.released = true, true
 	l.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("lease: release %q: %w", l.name, err)
-	}
-	l.m.released(l.name)
+	l.m.wakeHead(l.name)
 	return nil
 }
 
@@ -361,7 +373,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		l.end(fmt.Errorf("%w: %w", cause, err))
 	}
 	if err != nil {
-		return fmt.Errorf("lease: check %q: %w", l.name, err)
+		return fmt.Errorf("lease: check %s: %w", quote(l.name), err)
 	}
 	return nil
 }

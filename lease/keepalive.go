@@ -100,7 +100,7 @@ func (l *Lease) TryRenewNow(ctx context.Context) error {
 	case k.requests <- reply:
 	case <-k.done:
 		if err := l.Err(); err != nil {
-			return fmt.Errorf("lease: renew %q: %w", l.name, err)
+			return fmt.Errorf("lease: renew %s: %w", quote(l.name), err)
 		}
 		return l.Renew(ctx)
 	case <-ctx.Done():
@@ -167,6 +167,12 @@ func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
 		if errors.Is(err, ErrMaxRenewals) {
 			l.end(fmt.Errorf("%w: %q reached its maximum of %d renewals", ErrMaxRenewals, l.name, l.maxRenewals))
 		}
+		if l.Err() == nil && l.Remaining() <= 0 {
+			// The renewals ran out of time at the local deadline, just
+			// before its timer fired: end the lease now rather than renew
+			// again with no pause until the timer does.
+			l.onDeadline()
+		}
 		if l.Err() != nil {
 			return
 		}
@@ -212,7 +218,6 @@ func (l *Lease) renewRetrying(ctx context.Context) error {
 func (l *Lease) releaseAfterEnd() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.m.releaseTimeout)
 	defer cancel()
-	l.m.releasing(l.name)
 	err := l.m.store.ReleaseLease(ctx, l.name, l.owner, l.fence, &store.LeaseOpParams{NoHistory: l.m.noHistory})
 	if err != nil && !errors.Is(err, ErrReleased) {
 		l.m.logger.Warn("lease: release of a lost lease failed; it will expire", slog.String("name", l.name), slog.Any("error", err))
@@ -221,5 +226,5 @@ func (l *Lease) releaseAfterEnd() {
 	l.mu.Lock()
 	l.releasedDB = true
 	l.mu.Unlock()
-	l.m.released(l.name)
+	l.m.wakeHead(l.name)
 }

@@ -31,7 +31,7 @@ type Store interface {
 	LeaseHistory(ctx context.Context, name string, p *store.LeaseHistoryParams) ([]store.LeaseEvent, error)
 	TrimLeaseHistory(ctx context.Context, before time.Time, limit int) (int64, error)
 	WatchLeases(ctx context.Context, sink store.LeaseSink) error
-	AnnounceLeaseWaiter(ctx context.Context, name, waiter string) error
+	AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) error
 }
 
 // Errors. The sentinels shared with package store are the same values, so
@@ -109,10 +109,10 @@ type Config struct {
 	// hex digits>", different for every Manager.
 	Owner string
 	// DefaultTTL is the lease duration when AcquireOpts names none.
-	// Default: DefaultTTL (30 s).
+	// Default: the smaller of DefaultTTL (30 s) and MaxTTL.
 	DefaultTTL time.Duration
-	// MaxTTL is the longest lease a call (or the TTLPolicy) may ask for, at
-	// most store.MaxTTL. Default: DefaultMaxTTL (1 h).
+	// MaxTTL is the longest lease a call (or the TTLPolicy) may ask for,
+	// from 1 µs to store.MaxTTL. Default: DefaultMaxTTL (1 h).
 	MaxTTL time.Duration
 	// MaxRenewals bounds the renewals of each holding unless AcquireOpts
 	// says otherwise; past it, renewals fail with ErrMaxRenewals and a
@@ -137,11 +137,12 @@ type Config struct {
 	// random ±20% so waiters of many processes do not poll in step.
 	// Default: DefaultPollInterval (1 s).
 	PollInterval time.Duration
-	// HandoffGrace is how long this process waits before re-acquiring a
-	// name it just released when a waiter of another process announced it
-	// lost a race for that name, so that waiter gets its turn: no process
-	// starves while another keeps winning. Default: DefaultHandoffGrace
-	// (50 ms).
+	// HandoffGrace is how long a blocked acquire of this process holds back,
+	// when the name may have become free, for an older blocked acquire of
+	// another process (one that asked earlier, as it announced), so that
+	// one gets the name first; then it tries anyway. A waiter that does not
+	// take the name in that time is not held back for again until it
+	// announces anew. Default: DefaultHandoffGrace (50 ms).
 	HandoffGrace time.Duration
 	// CleanupInterval is the period of the maintenance loop that marks
 	// expired holdings and trims the history; negative turns the loop off.
@@ -162,7 +163,9 @@ type Config struct {
 	// (10 s).
 	QueryTimeout time.Duration
 	// ReleaseTimeout bounds the releases of Stop and of the keep-alive
-	// after a lease ended. Default: DefaultReleaseTimeout (5 s).
+	// after a lease ended, and how long Stop waits for subscribers to
+	// receive the events still queued (see Subscription). Default:
+	// DefaultReleaseTimeout (5 s).
 	ReleaseTimeout time.Duration
 	// Observer, if set, is told of acquisitions, renewals and the ends of
 	// holdings, for metrics (*metrics.NamedLeaseObserver satisfies it).
@@ -189,6 +192,11 @@ type Observer interface {
 	Lost(ctx context.Context, kind string, held time.Duration)
 	// Released reports a holding its holder (or Stop) released after held.
 	Released(ctx context.Context, kind string, held time.Duration)
+	// Held reports that a holding of kind began; the Manager calls end once,
+	// when the holding ends, before Lost or Released. It lets the observer
+	// keep the holdings in progress without asking the backend (metrics:
+	// the long-held gauge).
+	Held(kind string) (end func())
 }
 
 // Manager acquires, holds and releases named leases for one owner (this
@@ -214,17 +222,21 @@ type Manager struct {
 	logger           *slog.Logger
 	now              func() time.Time
 
-	qmu       sync.Mutex
-	queues    map[string]*queue    // waiters of blocking acquires, per name
-	contended map[string]time.Time // names others announced they wait for
-	grace     map[string]time.Time // names this process holds back from until then
-	held      map[string]*Lease    // this Manager's live leases, by name
-	stopping  chan struct{}        // closed by Stop
-	stopOnce  sync.Once
+	qmu      sync.Mutex
+	queues   map[string]*queue            // waiters of blocking acquires, per name
+	rivals   map[string]map[string]*rival // name -> owner -> waiter of another process (fair.go)
+	refDB    time.Time                    // the backend's clock at refLocal (the last held error)
+	refLocal time.Time                    // local
+	held     map[string]*Lease            // this Manager's live leases, by name: the latest
+	live     map[*Lease]struct{}          // every live lease (one superseded unknowingly too)
+	stopping chan struct{}                // closed by Stop
+	stopOnce sync.Once
 
-	subMu sync.Mutex
-	subs  []*Subscription
-	ended bool // Stop finished the subscriptions
+	subMu   sync.Mutex
+	subs    []*Subscription
+	ended   bool           // Stop ended the subscriptions
+	subWG   sync.WaitGroup // the subscriptions' goroutines
+	subDrop chan struct{}  // closed when Stop stops waiting for slow subscribers
 
 	lifeMu  sync.Mutex
 	started bool
@@ -234,15 +246,18 @@ type Manager struct {
 	loops   sync.WaitGroup // the leases' keep-alive loops
 	runs    sync.WaitGroup // the calls of Run
 
+	listPage  int // holdings per ListLeases statement: store.MaxListLimit
 	testHooks testHooks
 }
 
 // testHooks are signals for the package's tests; nil outside them.
 type testHooks struct {
-	waiting func(name string, queued int) // a waiter joined the queue of name
-	wanted  func(name, waiter string)     // another process announced a waiter
-	reset   func()                        // the watch (re)started listening
-	paused  func(name string)             // a blocked acquire found name held and waits
+	waiting func(name string, queued int)             // a waiter joined the queue of name
+	wanted  func(w store.LeaseWaiter)                 // another process announced a waiter
+	reset   func()                                    // the watch (re)started listening
+	paused  func(name string)                         // a blocked acquire found name held and waits
+	holding func(name string)                         // the head of name holds back for a rival
+	ended   func(name string, fence int64, err error) // a lease ended (Done closed, Context cancelled)
 }
 
 // New returns a Manager on s. It returns an error naming the field when cfg
@@ -258,7 +273,7 @@ func New(s Store, cfg *Config) (*Manager, error) {
 	m := &Manager{
 		store:            s,
 		owner:            cfg.Owner,
-		defaultTTL:       cmp.Or(cfg.DefaultTTL, DefaultTTL),
+		defaultTTL:       cfg.DefaultTTL,
 		maxTTL:           cmp.Or(cfg.MaxTTL, DefaultMaxTTL),
 		maxRenewals:      cfg.MaxRenewals,
 		renewShare:       cmp.Or(cfg.RenewShare, DefaultRenewShare),
@@ -276,19 +291,24 @@ func New(s Store, cfg *Config) (*Manager, error) {
 		logger:           cfg.Logger,
 		now:              cfg.Now,
 		queues:           map[string]*queue{},
-		contended:        map[string]time.Time{},
-		grace:            map[string]time.Time{},
+		rivals:           map[string]map[string]*rival{},
 		held:             map[string]*Lease{},
+		live:             map[*Lease]struct{}{},
 		stopping:         make(chan struct{}),
+		subDrop:          make(chan struct{}),
+		listPage:         store.MaxListLimit,
+	}
+	if m.defaultTTL == 0 {
+		m.defaultTTL = min(DefaultTTL, m.maxTTL)
 	}
 	switch {
-	case m.maxTTL < 0 || m.maxTTL > store.MaxTTL:
-		return nil, fmt.Errorf("lease: Config.MaxTTL %v must be in (0, %v]", cfg.MaxTTL, store.MaxTTL)
+	case m.maxTTL < time.Microsecond || m.maxTTL > store.MaxTTL:
+		return nil, fmt.Errorf("lease: Config.MaxTTL %v must be in [1µs, %v]", cfg.MaxTTL, store.MaxTTL)
 	case m.defaultTTL < time.Microsecond || m.defaultTTL > m.maxTTL:
 		return nil, fmt.Errorf("lease: Config.DefaultTTL %v must be in [1µs, MaxTTL %v]", cfg.DefaultTTL, m.maxTTL)
 	case m.maxRenewals < 0:
 		return nil, fmt.Errorf("lease: Config.MaxRenewals %d must not be negative", cfg.MaxRenewals)
-	case m.renewShare <= 0 || m.renewShare >= 1:
+	case !(m.renewShare > 0 && m.renewShare < 1): // NaN too
 		return nil, fmt.Errorf("lease: Config.RenewShare %v must be in (0, 1)", cfg.RenewShare)
 	case m.maxJitter < 0:
 		return nil, fmt.Errorf("lease: Config.MaxJitter %v must not be negative", cfg.MaxJitter)
@@ -357,8 +377,10 @@ func (m *Manager) Start(ctx context.Context) error {
 // for them to return, every lease this Manager holds is released (each release
 // bounded by Config.ReleaseTimeout; a lease whose release fails still ends
 // here and expires in the backend), the background goroutines are stopped
-// and waited for, and every Subscription delivers its remaining events and
-// closes. It is safe before Start and twice.
+// and waited for, and every Subscription delivers its remaining events
+// (for up to Config.ReleaseTimeout; what a subscriber has not received by
+// then is dropped), closes its C, and its goroutine is waited for. It is
+// safe before Start and twice.
 func (m *Manager) Stop() {
 	m.lifeMu.Lock()
 	m.stopped = true
@@ -370,8 +392,8 @@ func (m *Manager) Stop() {
 	m.qmu.Unlock()
 	m.runs.Wait() // their functions return, then they release their leases
 	m.qmu.Lock()
-	held := make([]*Lease, 0, len(m.held))
-	for _, l := range m.held {
+	held := make([]*Lease, 0, len(m.live))
+	for l := range m.live {
 		held = append(held, l)
 	}
 	m.qmu.Unlock()
@@ -421,16 +443,11 @@ func (s sink) Freed(name string) {
 	}
 }
 
-// Wanted records that a waiter of another process lost a race for name.
-func (s sink) Wanted(name, waiter string) {
-	if waiter == s.m.owner {
-		return
-	}
-	s.m.qmu.Lock()
-	s.m.contended[name] = s.m.now()
-	s.m.qmu.Unlock()
-	if s.m.testHooks.wanted != nil {
-		s.m.testHooks.wanted(name, waiter)
+// Wanted records the announcement of a waiter of another process.
+func (s sink) Wanted(w store.LeaseWaiter) {
+	s.m.heard(w)
+	if s.m.testHooks.wanted != nil && w.Waiter != s.m.owner {
+		s.m.testHooks.wanted(w)
 	}
 }
 
@@ -455,4 +472,16 @@ func (s sink) Reset() {
 // queryContext bounds a background statement.
 func (m *Manager) queryContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, m.queryTimeout)
+}
+
+// maxQuoted is how much of a name or owner an error message repeats: a
+// hostile input of a megabyte must not become a megabyte of log.
+const maxQuoted = 64
+
+// quote returns s quoted for an error message, cut to maxQuoted bytes.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf("... (%d bytes)", len(s))
 }

@@ -69,6 +69,16 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	}
 }
 
+// inTurn runs f as a subtest per backend, one after the other, without
+// t.Parallel: for the tests that load the machine for seconds, which run
+// alone (the parallel tests wait for the sequential ones), so that they
+// neither starve nor are starved by the others.
+func inTurn(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) { f(t, b) })
+	}
+}
+
 // newManager returns a started Manager on s that Stop will stop when t ends.
 func newManager(t *testing.T, s lease.Store, cfg *lease.Config) *lease.Manager {
 	t.Helper()
@@ -583,6 +593,11 @@ func TestQueries(t *testing.T) {
 		require.Len(t, mine, 2)
 		require.Equal(t, []string{p + "a1", p + "a2"}, []string{mine[0].Name, mine[1].Name})
 		require.Equal(t, a1.Fence(), mine[0].Fence)
+		lease.SetListPage(bob, 1) // one holding per statement: it pages
+		paged, err := bob.ListByOwner(ctx, alice.Owner())
+		require.NoError(t, err)
+		require.Len(t, paged, 2)
+		require.Equal(t, []string{p + "a1", p + "a2"}, []string{paged[0].Name, paged[1].Name})
 
 		// Long-held: everything acquired at least a moment ago.
 		require.Eventually(t, func() bool {
@@ -722,6 +737,17 @@ func TestStopReleasesEveryLease(t *testing.T) {
 		go func() { _, err := m.Acquire(ctx, p+"blocked", nil); blocked <- err }()
 		wait(t, waiting, "the blocked acquire waits")
 
+		// A receiver that keeps reading gets every event, then C closes.
+		kindsCh := make(chan []lease.EventKind, 1)
+		go func() {
+			var kinds []lease.EventKind
+			for e := range sub.C() {
+				if e.Kind != lease.Renewed { // the watch's first Reset may renew the kept-alive leases
+					kinds = append(kinds, e.Kind)
+				}
+			}
+			kindsCh <- kinds
+		}()
 		m.Stop()
 		m.Stop() // twice: safe
 		require.ErrorIs(t, within(t, "the blocked acquire", func() error { return <-blocked }), lease.ErrStopped)
@@ -735,12 +761,7 @@ func TestStopReleasesEveryLease(t *testing.T) {
 		require.ErrorIs(t, err, lease.ErrStopped)
 		require.ErrorIs(t, m.Start(ctx), lease.ErrStopped)
 
-		var kinds []lease.EventKind
-		for e := range sub.C() {
-			if e.Kind != lease.Renewed { // the watch's first Reset may renew the kept-alive leases
-				kinds = append(kinds, e.Kind)
-			}
-		}
+		kinds := within(t, "the subscription closes", func() []lease.EventKind { return <-kindsCh })
 		require.Equal(t, []lease.EventKind{lease.Acquired, lease.Acquired, lease.Acquired, lease.Released, lease.Released, lease.Released}, kinds,
 			"every event delivered, then C closed")
 		sub.Close()
@@ -752,9 +773,9 @@ func TestStopReleasesEveryLease(t *testing.T) {
 }
 
 // TestHandoffGraceGivesTheAnnouncedWaiterItsTurn: once a waiter of another
-// process announced that it lost a race for a name, the next release of
-// that name here holds the local waiters back for HandoffGrace, and the
-// other process takes the name.
+// process that asked earlier announced itself, the next release of that
+// name here holds the local waiter back for HandoffGrace, and the other
+// process takes the name.
 func TestHandoffGraceGivesTheAnnouncedWaiterItsTurn(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
@@ -768,7 +789,7 @@ func TestHandoffGraceGivesTheAnnouncedWaiterItsTurn(t *testing.T) {
 		var once sync.Once
 		lease.OnPaused(hot, func(string) { once.Do(func() { close(waiting) }) })
 		wanted := make(chan string, 1)
-		lease.OnWanted(hot, func(_, waiter string) { wanted <- waiter })
+		lease.OnWanted(hot, func(w store.LeaseWaiter) { wanted <- w.Waiter })
 		next := make(chan error, 1)
 		go func() {
 			l, err := hot.Acquire(ctx, name, &lease.AcquireOpts{TTL: time.Minute, Timeout: 20 * time.Second})
@@ -779,7 +800,10 @@ func TestHandoffGraceGivesTheAnnouncedWaiterItsTurn(t *testing.T) {
 		}()
 		wait(t, waiting, "the local waiter found the name held and waits")
 
-		require.NoError(t, s.AnnounceLeaseWaiter(ctx, name, "cold")) // what cold's lost race would say
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		// What a waiter of cold that asked an hour ago would say.
+		require.NoError(t, s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: name, Waiter: "cold", Since: now.Add(-time.Hour)}))
 		require.Equal(t, "cold", within(t, "the announcement", func() string { return <-wanted }))
 		require.NoError(t, h.Release(ctx))
 		c, err := cold.TryAcquire(ctx, name, &lease.AcquireOpts{TTL: time.Minute})
@@ -814,6 +838,10 @@ func (o *observed) Lost(_ context.Context, kind string, held time.Duration) {
 func (o *observed) Released(_ context.Context, kind string, held time.Duration) {
 	o.add(fmt.Sprintf("released %s %v", kind, held > 0))
 }
+func (o *observed) Held(kind string) func() {
+	o.add("held " + kind)
+	return func() { o.add("end " + kind) }
+}
 
 func TestObserver(t *testing.T) {
 	t.Parallel()
@@ -835,11 +863,37 @@ func TestObserver(t *testing.T) {
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	require.Equal(t, []string{
+		"held migration",
 		"acquire migration held=false err=false",
 		"acquire migration held=true err=true",
 		"renew migration err=false",
+		"end migration",
 		"released migration true",
+		"held cleanup",
 		"acquire cleanup held=false err=false",
+		"end cleanup",
 		"lost cleanup true",
 	}, obs.calls)
+}
+
+// TestStopEndsASupersededLease: a lease force-released elsewhere, which its
+// holder has not noticed yet (no keep-alive) while the same Manager took the
+// name again, is still ended by Stop.
+func TestStopEndsASupersededLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		m, err := lease.New(b.open(t), &lease.Config{Owner: t.Name()})
+		require.NoError(t, err)
+		operator := newManager(t, b.open(t), &lease.Config{Owner: t.Name() + "-operator"})
+		old, err := m.TryAcquire(ctx, t.Name(), &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		_, err = operator.ForceRelease(ctx, m.Owner())
+		require.NoError(t, err)
+		cur, err := m.TryAcquire(ctx, t.Name(), &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		require.NoError(t, old.Err(), "it has not noticed")
+		m.Stop()
+		require.Error(t, old.Err())
+		require.ErrorIs(t, cur.Err(), lease.ErrReleased)
+	})
 }

@@ -15,9 +15,6 @@ import (
 // maintenanceBatch is the most rows one maintenance statement touches.
 const maintenanceBatch = 1000
 
-// staleAnnouncement is how long a waiter's announcement is remembered.
-const staleAnnouncement = 10 * time.Minute
-
 // MaintenanceResult is what one maintenance pass did.
 type MaintenanceResult struct {
 	Expired        int   // expired holdings marked
@@ -65,7 +62,6 @@ func (m *Manager) maintain(ctx context.Context) {
 // it.
 func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
 	var res MaintenanceResult
-	m.forgetStaleAnnouncements()
 	for {
 		qctx, cancel := m.queryContext(ctx)
 		n, err := m.store.CleanupExpiredLeases(qctx, &store.CleanupLeasesParams{Limit: maintenanceBatch, NoHistory: m.noHistory})
@@ -98,23 +94,6 @@ func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
 		res.HistoryDeleted += n
 		if n < maintenanceBatch {
 			return res, nil
-		}
-	}
-}
-
-// forgetStaleAnnouncements drops announcements nobody acted on.
-func (m *Manager) forgetStaleAnnouncements() {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	now := m.now()
-	for name, at := range m.contended {
-		if now.Sub(at) > staleAnnouncement {
-			delete(m.contended, name)
-		}
-	}
-	for name, until := range m.grace {
-		if !now.Before(until) {
-			delete(m.grace, name)
 		}
 	}
 }

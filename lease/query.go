@@ -21,7 +21,7 @@ type HistoryEvent = store.LeaseEvent
 func (m *Manager) Get(ctx context.Context, name string) (Info, error) {
 	l, err := m.store.GetLease(ctx, name, nil)
 	if err != nil {
-		return Info{}, fmt.Errorf("lease: get %q: %w", name, err)
+		return Info{}, fmt.Errorf("lease: get %s: %w", quote(name), err)
 	}
 	return l, nil
 }
@@ -40,39 +40,60 @@ func (m *Manager) HeldBy(ctx context.Context, name string) (owner string, held b
 	case errors.Is(err, ErrLeaseNotFound):
 		return "", false, nil
 	case err != nil:
-		return "", false, fmt.Errorf("lease: held by %q: %w", name, err)
+		return "", false, fmt.Errorf("lease: held by %s: %w", quote(name), err)
 	case !l.Held():
 		return "", false, nil
 	}
 	return l.Owner, true, nil
 }
 
-// ListByOwner returns the live holdings of owner, by name (at most
-// store.MaxListLimit).
+// ListByOwner returns every live holding of owner, by name. It pages
+// through the backend (store.MaxListLimit holdings per statement), so the
+// list is complete however many there are, but not one snapshot: a holding
+// that starts or ends while it pages may or may not be in it.
 func (m *Manager) ListByOwner(ctx context.Context, owner string) ([]Info, error) {
 	if owner == "" {
 		return nil, fmt.Errorf("lease: list by owner: %w: empty", store.ErrInvalidOwner)
 	}
-	ls, err := m.store.ListLeases(ctx, &store.ListLeasesParams{Owner: owner, Limit: store.MaxListLimit})
+	ls, err := m.listAll(ctx, &store.ListLeasesParams{Owner: owner})
 	if err != nil {
-		return nil, fmt.Errorf("lease: list by owner %q: %w", owner, err)
+		return nil, fmt.Errorf("lease: list by owner %s: %w", quote(owner), err)
 	}
 	return ls, nil
 }
 
-// ListLongHeld returns the live holdings acquired at least olderThan ago by
-// the backend's clock, renewals notwithstanding, by name (at most
-// store.MaxListLimit): a holder stuck in a renewal loop shows here before it
-// hurts.
+// ListLongHeld returns every live holding acquired at least olderThan ago
+// by the backend's clock, renewals notwithstanding, by name: a holder stuck
+// in a renewal loop shows here before it hurts. It pages like ListByOwner.
+// The metrics package's long-held gauge counts this process's own such
+// holdings without a query.
 func (m *Manager) ListLongHeld(ctx context.Context, olderThan time.Duration) ([]Info, error) {
 	if olderThan <= 0 {
 		return nil, fmt.Errorf("lease: list long held: %w: %v is not positive", store.ErrInvalidTTL, olderThan)
 	}
-	ls, err := m.store.ListLeases(ctx, &store.ListLeasesParams{HeldFor: olderThan, Limit: store.MaxListLimit})
+	ls, err := m.listAll(ctx, &store.ListLeasesParams{HeldFor: olderThan})
 	if err != nil {
 		return nil, fmt.Errorf("lease: list long held: %w", err)
 	}
 	return ls, nil
+}
+
+// listAll pages through ListLeases with p.
+func (m *Manager) listAll(ctx context.Context, p *store.ListLeasesParams) ([]Info, error) {
+	page := *p
+	page.Limit = m.listPage
+	var out []Info
+	for {
+		ls, err := m.store.ListLeases(ctx, &page)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ls...)
+		if len(ls) < page.Limit {
+			return out, nil
+		}
+		page.AfterName = ls[len(ls)-1].Name
+	}
 }
 
 // History returns the audit events of name (of every name if empty) after
@@ -80,7 +101,7 @@ func (m *Manager) ListLongHeld(ctx context.Context, olderThan time.Duration) ([]
 func (m *Manager) History(ctx context.Context, name string, afterID int64, limit int) ([]HistoryEvent, error) {
 	es, err := m.store.LeaseHistory(ctx, name, &store.LeaseHistoryParams{AfterID: afterID, Limit: limit})
 	if err != nil {
-		return nil, fmt.Errorf("lease: history %q: %w", name, err)
+		return nil, fmt.Errorf("lease: history %s: %w", quote(name), err)
 	}
 	return es, nil
 }
@@ -92,7 +113,7 @@ func (m *Manager) History(ctx context.Context, name string, afterID int64, limit
 func (m *Manager) ForceRelease(ctx context.Context, owner string) ([]Info, error) {
 	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.noHistory})
 	if err != nil {
-		return nil, fmt.Errorf("lease: force release %q: %w", owner, err)
+		return nil, fmt.Errorf("lease: force release %s: %w", quote(owner), err)
 	}
 	for _, info := range ls {
 		m.qmu.Lock()

@@ -141,7 +141,7 @@ func TestRunnerRenewsAndEventsArriveInOrder(t *testing.T) {
 		m := newManager(t, b.open(t), &lease.Config{Owner: t.Name()})
 		sub := m.Subscribe()
 		defer sub.Close()
-		l, err := m.Hold(ctx, t.Name(), &lease.AcquireOpts{TTL: 200 * time.Millisecond})
+		l, err := m.Hold(ctx, t.Name(), &lease.AcquireOpts{TTL: 600 * time.Millisecond})
 		require.NoError(t, err)
 		fence := l.Fence()
 		require.Eventually(t, func() bool { return l.Renewals() >= 3 }, 10*time.Second, time.Millisecond,
@@ -180,7 +180,7 @@ func TestRunnerEndsAtMaxRenewals(t *testing.T) {
 		m := newManager(t, b.open(t), &lease.Config{Owner: t.Name()})
 		sub := m.Subscribe()
 		defer sub.Close()
-		l, err := m.Hold(ctx, t.Name(), &lease.AcquireOpts{TTL: 200 * time.Millisecond, MaxRenewals: 2})
+		l, err := m.Hold(ctx, t.Name(), &lease.AcquireOpts{TTL: 600 * time.Millisecond, MaxRenewals: 2})
 		require.NoError(t, err)
 		wait(t, l.Done(), "the end at the maximum")
 		require.ErrorIs(t, l.Err(), lease.ErrMaxRenewals)
@@ -311,4 +311,61 @@ func TestStartStopStress(t *testing.T) {
 		}
 		wg.Wait()
 	})
+}
+
+// TestRunnerEndsAtTheDeadlineWithoutSpinning: the keep-alive finds the
+// local deadline already passed (the local clock jumped past it before the
+// deadline's timer fired, as it can when renewals time out at the deadline
+// just before that timer): it ends the lease with ErrLost at once rather
+// than loop with no pause until the timer fires.
+func TestRunnerEndsAtTheDeadlineWithoutSpinning(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	s := &flakyStore{Store: memory.New(nil)}
+	m := newManager(t, s, &lease.Config{Owner: "runner", Now: now})
+	l, err := m.TryAcquire(ctx, "job", &lease.AcquireOpts{TTL: time.Hour})
+	require.NoError(t, err)
+	skew.Store(int64(time.Hour)) // the deadline timer, an hour of real time away, has not fired
+	require.Zero(t, l.Remaining())
+	require.NoError(t, l.Err())
+	require.NoError(t, l.KeepAlive())
+	wait(t, l.Done(), "the lease ends")
+	require.ErrorIs(t, l.Err(), lease.ErrLost)
+}
+
+// TestStopDropsWhatASubscriberDoesNotRead: a subscriber that stopped
+// reading does not hold Stop up beyond Config.ReleaseTimeout; its C is
+// closed and its goroutine gone (goleak checks at the end of the package).
+func TestStopDropsWhatASubscriberDoesNotRead(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	m, err := lease.New(memory.New(nil), &lease.Config{Owner: "alice", ReleaseTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, m.Start(ctx))
+	stuck := m.Subscribe() // never read until Stop returned
+	reader := m.Subscribe()
+	got := make(chan int, 1)
+	go func() {
+		n := 0
+		for range reader.C() {
+			n++
+		}
+		got <- n
+	}()
+	for i := range 3 {
+		l, err := m.TryAcquire(ctx, fmt.Sprint("x", i), &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		require.NoError(t, l.Release(ctx))
+	}
+	within(t, "Stop", func() bool { m.Stop(); return true })
+	require.Equal(t, 6, within(t, "the reader's events", func() int { return <-got }), "the reader got everything")
+	n := 0
+	for range stuck.C() { // closed: whatever is left was dropped
+		n++
+	}
+	require.Zero(t, n, "the stuck subscriber's queue was dropped")
+	stuck.Close()
+	reader.Close()
 }

@@ -12,13 +12,13 @@
 //	m, err := metrics.New(&metrics.Config{
 //		MeterProvider: mp, TracerProvider: tp,
 //		Watermarks:    b,                 // *barrier.Barrier: the lag gauge
-//		Gaps:          gaps,              // *gap.Gaps: the open gaps gauge
+//		Gaps:          st,                // the store counts open gaps (CountGaps)
 //		Alerts:        evaluator,         // optional: *metrics.Evaluator
 //	})
 //	leaser, _ := sequence.New(st, &sequence.Config{Barrier: b, Observer: m.Leaser()})
 //	cleaner, _ := cleanup.New(st, &cleanup.Config{Observer: m.Cleanup()})
 //	gaps, _ := gap.New(st, &gap.Config{Observer: m.Gaps()})
-//	// named leases: m.NamedLeases()
+//	// named leases: lease.Config{Observer: m.NamedLeases()}
 //
 // Nothing registers itself anywhere global: to serve Prometheus, build the
 // exporter on a registry of your own (examples/projection does, with
@@ -41,7 +41,11 @@
 // barrier's in-memory watermark; the open gap count is one query per stream
 // on PostgreSQL, made at most every Config.GapCountInterval. A read that
 // fails is logged and skipped (the gap gauge keeps its last count); each is
-// bounded by Config.QueryTimeout. Close unregisters the callback.
+// bounded by Config.QueryTimeout. The long-held named leases (holdings of
+// this process older than Config.LongHeldAfter, by kind) are counted from
+// the NamedLeaseObserver's own record of the holdings in progress (the
+// lease package tells it when each begins and ends), with no query. Close
+// unregisters the callback.
 //
 // # Traces
 //

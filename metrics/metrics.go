@@ -45,6 +45,7 @@ const (
 	NameNamedLeaseRenewals     = "seqlease.named_lease.renewals"
 	NameNamedLeaseLosses       = "seqlease.named_lease.losses"
 	NameNamedLeaseHoldDuration = "seqlease.named_lease.hold.duration"
+	NameNamedLeaseLongHeld     = "seqlease.named_lease.long_held"
 	NameAlertActive            = "seqlease.alert.active"
 )
 
@@ -70,6 +71,7 @@ const (
 	DefaultMaxStreams       = 1000
 	DefaultGapCountInterval = 15 * time.Second
 	DefaultQueryTimeout     = 5 * time.Second
+	DefaultLongHeldAfter    = time.Hour
 )
 
 // WatermarkSource tells the watermark of a stream: *barrier.Barrier.
@@ -77,9 +79,10 @@ type WatermarkSource interface {
 	Watermark(ctx context.Context, stream string) (int64, error)
 }
 
-// GapCounter counts the open gaps of a stream: *gap.Gaps.
+// GapCounter counts the open gaps of a stream: the store (store/memory,
+// store/postgres).
 type GapCounter interface {
-	Count(ctx context.Context, stream string) (int64, error)
+	CountGaps(ctx context.Context, stream string) (int64, error)
 }
 
 // Config configures Metrics. A nil *Config means the defaults; so does the
@@ -114,7 +117,12 @@ type Config struct {
 	// Alerts is fed every event the observers see, evaluated at every
 	// collection, and its alerts are exported as NameAlertActive. Optional.
 	Alerts *Evaluator
-	// Now is the clock of GapCountInterval. Default: time.Now.
+	// LongHeldAfter is the age from which a named-lease holding of this
+	// process counts in the long-held gauge (NameNamedLeaseLongHeld).
+	// Default: DefaultLongHeldAfter (1 h).
+	LongHeldAfter time.Duration
+	// Now is the clock of GapCountInterval and of the named leases' ages.
+	// Default: time.Now.
 	Now func() time.Time
 }
 
@@ -141,6 +149,7 @@ type Metrics struct {
 	nlHold                                 metric.Float64Histogram
 	lag, gapOpen, cycleExpired             metric.Int64ObservableGauge
 	cascadeActive, alertActive             metric.Int64ObservableGauge
+	nlLongHeld                             metric.Int64ObservableGauge
 	registration                           metric.Registration
 
 	streamsMu  sync.Mutex
@@ -185,6 +194,8 @@ func New(cfg *Config) (*Metrics, error) {
 		return nil, fmt.Errorf("metrics: Config.QueryTimeout %v is negative", cfg.QueryTimeout)
 	case cfg.MaxStreams < 0:
 		return nil, fmt.Errorf("metrics: Config.MaxStreams %d is negative", cfg.MaxStreams)
+	case cfg.LongHeldAfter < 0:
+		return nil, fmt.Errorf("metrics: Config.LongHeldAfter %v is negative", cfg.LongHeldAfter)
 	}
 	mp := cfg.MeterProvider
 	if mp == nil {
@@ -218,7 +229,8 @@ func New(cfg *Config) (*Metrics, error) {
 	m.leaser = &LeaserObserver{m: m}
 	m.cleanup = &CleanupObserver{m: m}
 	m.gaps = &GapObserver{m: m}
-	m.namedLeases = &NamedLeaseObserver{m: m}
+	m.namedLeases = &NamedLeaseObserver{m: m, longAfter: cmp.Or(cfg.LongHeldAfter, DefaultLongHeldAfter),
+		holdings: map[*holding]struct{}{}, kinds: map[string]struct{}{}}
 	return m, nil
 }
 
@@ -262,17 +274,18 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.cascadeActive = gauge(NameCleanupCascadeActive, "{mode}", "1 while the cleanup loop is in cascade mode (a mass expiry), else 0.")
 	m.hookFailures = counter(NameCleanupHookFailures, "{failure}", "Resource-cleanup hooks that failed or timed out.")
 	m.gapOpen = gauge(NameGapOpen, "{gap}", "Open (unfilled) gaps of the stream.")
-	m.gapCreated = counter(NameGapCreated, "{gap}", "Gaps created, by reason (released, expired, recovered).")
+	m.gapCreated = counter(NameGapCreated, "{gap}", "Gaps created, by reason (released, expired, recovered, recovery-failed).")
 	m.gapFilled = counter(NameGapFilled, "{gap}", "Gaps filled through a fill policy, by their reason.")
 	m.nlAcquisitions = counter(NameNamedLeaseAcquisitions, "{acquisition}", "Named lease acquisitions, by result (acquired, held, error).")
 	m.nlRenewals = counter(NameNamedLeaseRenewals, "{renewal}", "Named lease renewals, by result (ok, error).")
 	m.nlLosses = counter(NameNamedLeaseLosses, "{loss}", "Named leases lost by their holders (expired or could not be renewed in time, force-released).")
 	m.nlHold = histogram(NameNamedLeaseHoldDuration, "How long named leases were held, by how the holding ended (released, lost).", holdBuckets)
+	m.nlLongHeld = gauge(NameNamedLeaseLongHeld, "{lease}", "Named leases this process has held for longer than Config.LongHeldAfter, by kind.")
 	m.alertActive = gauge(NameAlertActive, "{alert}", "1 while an alert of the evaluator fires, else 0.")
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("creating instruments: %w", err)
 	}
-	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive)
+	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld)
 	if err != nil {
 		return fmt.Errorf("registering the gauges' callback: %w", err)
 	}
@@ -390,6 +403,7 @@ func (m *Metrics) opt(k attrKey) metric.MeasurementOption {
 func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.cascadeActive, m.cascade.Load())
 	o.ObserveInt64(m.cycleExpired, m.lastExpired.Load())
+	m.namedLeases.observe(o)
 	var openGaps int64
 	counted := false
 	m.streams.Range(func(_, v any) bool {
@@ -442,7 +456,7 @@ func (m *Metrics) countGaps(ctx context.Context, st *streamState) (int64, bool) 
 		return st.gaps, true
 	}
 	qctx, cancel := context.WithTimeout(ctx, m.qTimeout)
-	n, err := m.gapCounter.Count(qctx, st.name)
+	n, err := m.gapCounter.CountGaps(qctx, st.name)
 	cancel()
 	if err != nil {
 		m.logger.Warn("metrics: count gaps", slog.String("stream", st.name), slog.Any("error", err))

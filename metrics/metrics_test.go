@@ -98,7 +98,7 @@ func setup(t *testing.T, opts ...sdkmetric.Option) *bundle {
 	require.NoError(t, err)
 	b.m, err = metrics.New(&metrics.Config{
 		MeterProvider: mp, TracerProvider: tp,
-		Watermarks: b.barrier, Gaps: b.gaps, Alerts: b.alerts,
+		Watermarks: b.barrier, Gaps: b.store, Alerts: b.alerts,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, b.m.Close()) })
@@ -108,6 +108,9 @@ func setup(t *testing.T, opts ...sdkmetric.Option) *bundle {
 	require.NoError(t, err)
 	b.cleaner, err = cleanup.New(b.store, &cleanup.Config{
 		Observer: b.m.Cleanup(),
+		// op-5's tracker fails: give up at once, so its number becomes a
+		// gap in the scripted cycle.
+		MaxRecoveryAttempts: 1,
 		WorkTracker: recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 			switch e.OperationID {
 			case "op-4":
@@ -231,6 +234,7 @@ func TestInstruments(t *testing.T) {
 	nl.Renew(ctx, "cleanup", errors.New("timeout"))
 	nl.Lost(ctx, "cleanup", 90*time.Second)
 	nl.Released(ctx, "cleanup", 30*time.Second)
+	defer nl.Held("cleanup")()
 
 	got := b.collect(t)
 
@@ -255,6 +259,7 @@ func TestInstruments(t *testing.T) {
 		metrics.NameNamedLeaseRenewals:     "{renewal}",
 		metrics.NameNamedLeaseLosses:       "{loss}",
 		metrics.NameNamedLeaseHoldDuration: "s",
+		metrics.NameNamedLeaseLongHeld:     "{lease}",
 		metrics.NameAlertActive:            "{alert}",
 	}
 	var names []string
@@ -287,9 +292,9 @@ func TestInstruments(t *testing.T) {
 	}, sums(metrics.NameRecoveryAttempts))
 	require.Equal(t, map[string]int64{sk: 1}, sums(metrics.NameCleanupHookFailures))
 	require.Equal(t, map[string]int64{
-		"kind=invoice,reason=released,stream=orders":  1,
-		"kind=invoice,reason=expired,stream=orders":   1,
-		"kind=invoice,reason=recovered,stream=orders": 1,
+		"kind=invoice,reason=released,stream=orders":        1,
+		"kind=invoice,reason=recovery-failed,stream=orders": 1, // op-5: its tracker failed, the work was given up
+		"kind=invoice,reason=recovered,stream=orders":       1,
 	}, sums(metrics.NameGapCreated))
 	require.Equal(t, map[string]int64{"kind=invoice,reason=released,stream=orders": 1}, sums(metrics.NameGapFilled))
 	require.Equal(t, map[string]int64{
@@ -303,6 +308,7 @@ func TestInstruments(t *testing.T) {
 	require.Equal(t, map[string]int64{"stream=orders": 2}, sums(metrics.NameGapOpen), "4 (recovered) and 5 (expired); 3 was filled")
 	require.Equal(t, map[string]int64{"": 2}, sums(metrics.NameCleanupCycleExpired))
 	require.Equal(t, map[string]int64{"": 0}, sums(metrics.NameCleanupCascadeActive))
+	require.Equal(t, map[string]int64{"kind=cleanup": 0}, sums(metrics.NameNamedLeaseLongHeld), "held, but not for an hour")
 	require.Equal(t, map[string]int64{
 		"alert=ExpirationRate,level=warning":      1, // 2 of 6
 		"alert=MassExpiry,level=critical":         0,
@@ -528,7 +534,9 @@ func TestGapCountInterval(t *testing.T) {
 
 type countFunc func(ctx context.Context, stream string) (int64, error)
 
-func (f countFunc) Count(ctx context.Context, stream string) (int64, error) { return f(ctx, stream) }
+func (f countFunc) CountGaps(ctx context.Context, stream string) (int64, error) {
+	return f(ctx, stream)
+}
 
 // TestNilProviders checks that the global (no-op) providers work: every
 // observer method can be called and nothing panics.
@@ -572,8 +580,48 @@ func TestConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, "GapCountInterval")
 	_, err = metrics.New(&metrics.Config{QueryTimeout: -1})
 	require.ErrorContains(t, err, "QueryTimeout")
+	_, err = metrics.New(&metrics.Config{LongHeldAfter: -1})
+	require.ErrorContains(t, err, "LongHeldAfter")
 	_, err = metrics.NewEvaluator(&metrics.EvaluatorConfig{Window: -1})
 	require.ErrorContains(t, err, "Window")
 	_, err = metrics.NewEvaluator(&metrics.EvaluatorConfig{Thresholds: metrics.Thresholds{ExpirationRate: 2}})
 	require.ErrorContains(t, err, "ExpirationRate")
+}
+
+// TestNamedLeaseLongHeld: the long-held gauge counts, per kind, the
+// holdings in progress older than Config.LongHeldAfter, from the observer's
+// own bookkeeping (no store is asked), and falls back to 0.
+func TestNamedLeaseLongHeld(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { require.NoError(t, mp.Shutdown(context.Background())) })
+	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m, err := metrics.New(&metrics.Config{MeterProvider: mp, LongHeldAfter: 10 * time.Minute, Now: clk.Now})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, m.Close()) })
+	b := &bundle{reader: reader}
+	gauge := func() map[string]int64 {
+		t.Helper()
+		got := b.collect(t)[metrics.NameNamedLeaseLongHeld]
+		require.Equal(t, "{lease}", got.Unit)
+		require.NotEmpty(t, got.Description)
+		return points(t, got)
+	}
+	nl := m.NamedLeases()
+	endLeader := nl.Held("leader")
+	endInbox := nl.Held("inbox")
+	clk.Advance(5 * time.Minute)
+	endMigration := nl.Held("migration")
+	require.Equal(t, map[string]int64{"kind=leader": 0, "kind=inbox": 0, "kind=migration": 0}, gauge())
+	clk.Advance(5 * time.Minute) // leader and inbox are 10 minutes old
+	require.Equal(t, map[string]int64{"kind=leader": 1, "kind=inbox": 1, "kind=migration": 0}, gauge())
+	endInbox()
+	endInbox() // safe twice
+	late := nl.Held("leader")
+	clk.Advance(5 * time.Minute)
+	require.Equal(t, map[string]int64{"kind=leader": 1, "kind=inbox": 0, "kind=migration": 1}, gauge())
+	endLeader()
+	endMigration()
+	late()
+	require.Equal(t, map[string]int64{"kind=leader": 0, "kind=inbox": 0, "kind=migration": 0}, gauge())
 }

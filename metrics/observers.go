@@ -3,9 +3,11 @@ package metrics
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/seqlease/seqlease/barrier"
@@ -37,7 +39,6 @@ var (
 	_ cleanup.Tracer       = (*CleanupObserver)(nil)
 	_ gap.Observer         = (*GapObserver)(nil)
 	_ WatermarkSource      = (*barrier.Barrier)(nil)
-	_ GapCounter           = (*gap.Gaps)(nil)
 )
 
 // LeaserObserver records what a sequence.Leaser does: leases granted,
@@ -133,7 +134,11 @@ func (o *CleanupObserver) Handled(e store.Entry, seenAt time.Time, r recovery.Re
 	m.overrun.Record(ctx, max(seenAt.Sub(e.ExpiresAt), 0).Seconds(), m.opt(attrKey{shape: shapeStreamKind, stream: name, kind: e.Kind}))
 	switch {
 	case r.Method == recovery.MethodGap:
-		m.gapCreated.Add(ctx, 1, m.opt(attrKey{shape: shapeGap, stream: name, kind: e.Kind, a: store.ReasonExpired}))
+		reason := store.ReasonExpired
+		if r.Reason == recovery.ReasonRecoveryFailed {
+			reason = r.Reason // the steps kept failing: the work was given up
+		}
+		m.gapCreated.Add(ctx, 1, m.opt(attrKey{shape: shapeGap, stream: name, kind: e.Kind, a: reason}))
 	case r.NewNumber != 0:
 		m.gapCreated.Add(ctx, 1, m.opt(attrKey{shape: shapeGap, stream: name, kind: e.Kind, a: store.ReasonRecovered}))
 	}
@@ -145,6 +150,9 @@ func (o *CleanupObserver) Handled(e store.Entry, seenAt time.Time, r recovery.Re
 // Cycle implements cleanup.Observer: NameCleanupCycleDuration and
 // NameCleanupCycleExpired, and the mass expiry alert.
 func (o *CleanupObserver) Cycle(r cleanup.CycleResult, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // stopped part way: not a cycle to measure, nor a failure
+	}
 	m := o.m
 	result := ResultOK
 	if err != nil {
@@ -176,6 +184,9 @@ func (o *CleanupObserver) HookFailed(e store.Entry, _ error) {
 // failure rate alert, and a "seqlease.recovery.step" event on the
 // recovery's span.
 func (o *CleanupObserver) Step(ctx context.Context, e store.Entry, step string, r recovery.Result, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // the loop stopped, or lost the stream's lead: no failure of the step
+	}
 	m := o.m
 	result := ResultDeclined
 	switch {
@@ -240,7 +251,55 @@ func (o *GapObserver) Filled(ctx context.Context, g gap.Gap) {
 // a low-cardinality class of leases chosen by the caller ("cleanup",
 // "migration", "inbox"), never a lease's name when names are made per
 // entity. Its methods are safe for concurrent use and do not block.
-type NamedLeaseObserver struct{ m *Metrics }
+type NamedLeaseObserver struct {
+	m         *Metrics
+	longAfter time.Duration
+
+	mu       sync.Mutex
+	holdings map[*holding]struct{} // the holdings in progress (Held)
+	kinds    map[string]struct{}   // every kind seen, so counts fall back to 0
+}
+
+// holding is a named-lease holding in progress.
+type holding struct {
+	kind  string
+	since time.Time
+}
+
+// Held implements lease.Observer: it keeps the holding, for
+// NameNamedLeaseLongHeld, until end is called.
+func (o *NamedLeaseObserver) Held(kind string) (end func()) {
+	h := &holding{kind: kind, since: o.m.now()}
+	o.mu.Lock()
+	o.holdings[h] = struct{}{}
+	o.kinds[kind] = struct{}{}
+	o.mu.Unlock()
+	return func() {
+		o.mu.Lock()
+		delete(o.holdings, h)
+		o.mu.Unlock()
+	}
+}
+
+// observe reports NameNamedLeaseLongHeld: per kind, the holdings in
+// progress older than Config.LongHeldAfter. It reads only memory.
+func (o *NamedLeaseObserver) observe(obs metric.Observer) {
+	now := o.m.now()
+	o.mu.Lock()
+	counts := make(map[string]int64, len(o.kinds))
+	for kind := range o.kinds {
+		counts[kind] = 0
+	}
+	for h := range o.holdings {
+		if now.Sub(h.since) >= o.longAfter {
+			counts[h.kind]++
+		}
+	}
+	o.mu.Unlock()
+	for kind, n := range counts {
+		obs.ObserveInt64(o.m.nlLongHeld, n, o.m.opt(attrKey{shape: shapeKind, kind: kind}))
+	}
+}
 
 // Acquire records one acquisition (a try, or a blocking acquire, once, with
 // its final error) in NameNamedLeaseAcquisitions: result acquired when err

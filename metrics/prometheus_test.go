@@ -34,6 +34,7 @@ func TestPrometheusNames(t *testing.T) {
 	nl.Acquire(ctx, "cleanup", nil)
 	nl.Renew(ctx, "cleanup", errors.New("timeout"))
 	nl.Lost(ctx, "cleanup", time.Minute)
+	defer nl.Held("cleanup")()
 
 	rec := httptest.NewRecorder()
 	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -55,7 +56,7 @@ func TestPrometheusNames(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, families, 21)
+	require.Len(t, families, 22)
 
 	name := regexp.MustCompile(`seqlease_[a-z_]+[a-z]`)
 	for _, doc := range []string{"../docs/operations.md", "../docs/grafana-dashboard.json"} {

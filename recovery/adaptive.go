@@ -32,7 +32,9 @@ func (l Level) String() string {
 
 // Signals are what the cleanup loop knows of the load when it picks steps.
 type Signals struct {
-	// Backlog is the number of expired leases found by the current scan.
+	// Backlog is the number of expired leases the current cleanup scan
+	// found, over every page and stream it listed so far (the cleanup loop
+	// lists up to its Config.ScanLimit before it handles any).
 	Backlog int
 	// PoolSaturation is the share of the connection pool in use, 0..1;
 	// 0 when unknown.
@@ -62,10 +64,16 @@ type ThresholdProbe struct {
 }
 
 // DefaultProbe is the ThresholdProbe the cleanup loop uses by default: a
-// backlog of 100 expired leases is medium load and 1,000 high; a pool 70% in
-// use is medium and 90% high; cycles of 5 s are medium and 20 s high.
+// backlog of 1,000 expired leases is medium load and 10,000 high; a pool 70%
+// in use is medium and 90% high; cycles of 5 s are medium and 20 s high.
+//
+// The backlog thresholds bound the time the trackers add to a mass expiry,
+// not the database's work: the loop writes recoveries in batches, so moving
+// work costs the database about what a gap does, while the trackers are the
+// caller's and may be remote (10,000 calls of 1 ms are 10 s during which the
+// barrier waits).
 var DefaultProbe = ThresholdProbe{
-	BacklogMedium: 100, BacklogHigh: 1000,
+	BacklogMedium: 1000, BacklogHigh: 10_000,
 	SaturationMedium: 0.7, SaturationHigh: 0.9,
 	LatencyMedium: 5 * time.Second, LatencyHigh: 20 * time.Second,
 }

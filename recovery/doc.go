@@ -3,14 +3,20 @@
 //
 // # Steps and the pipeline
 //
-// A Step looks at one expired entry and either recovers it or declines. A
-// Pipeline runs steps in order and stops at the first that succeeds:
+// A Step looks at one expired entry and recovers it, declines (it has
+// nothing to recover), or fails (it could not decide). A Pipeline runs steps
+// in order: a decline passes the entry to the next step, a success ends the
+// pipeline, and a failure ends it too, leaving the entry expired:
 //
 //	expired entry ──> PartialWork ──declined──> Retry ──declined──> Gap
-//	                      │                      │                  │
-//	                  recovered              recovered           resolved
-//	             (new number, the       (new number, the      (gap "expired")
-//	              partial work)          completed result)
+//	                      │    │                  │    │              │
+//	                  recovered failed        recovered failed     resolved
+//	             (new number, the  │      (new number, the │     (gap "expired")
+//	              partial work)    │       completed result)│
+//	                               └────────────┬───────────┘
+//	                         stop: the entry stays expired and is tried
+//	                         again later (its work is not lost to a
+//	                         passing failure)
 //
 // The built-in steps:
 //
@@ -24,29 +30,38 @@
 //     computed but never committed, and commits it under a new number the
 //     same way (type "retry").
 //   - Gap resolves the number as a gap with reason "expired". It is always
-//     possible, so a pipeline that ends with it never leaves a number
-//     blocking the barrier.
+//     possible while the database answers.
 //
-// Moving work is one atomic store operation (RecoverExpired): the new
-// committed entry and the old entry's gap happen together or not at all, on
-// PostgreSQL in one statement. A crash in between cannot leave a second copy
-// or a lost one, and running the pipeline again on an entry whose work
-// already moved is refused by the store (the entry is a gap by then).
+// Moving work is one atomic store operation (RecoverExpired, or
+// RecoverExpiredBatch for many entries of a stream): the new committed
+// entry and the old entry's gap happen together or not at all, on
+// PostgreSQL in one statement. A crash in between cannot leave a second
+// copy or a lost one, and running a step again on an entry whose work
+// already moved is refused by the store (the entry is a gap by then). A
+// move whose reply was lost is read back and reported as the move it was;
+// an entry found resolved by someone else is reported as such
+// (Result.Elsewhere).
+//
+// PartialWork and Retry are WorkFinders: their decision (the tracker call)
+// can be taken apart from their write, so the cleanup loop plans a run of
+// entries (Pipeline.Plan) and writes their moves in one transaction. Custom
+// steps (NewStep) run whole (Pipeline.Run).
 //
 // # Choosing steps by load
 //
 // Recovering work costs more than declaring a gap: the trackers are the
 // caller's, and possibly remote. Under load the cleanup loop does less: a
 // LoadProbe classifies the load as Low, Medium or High from Signals (the
-// expired backlog of this scan, the connection pool's saturation, the
-// latency of recent cycles), and a Selector maps the level, and the work's
-// kind, to the steps to run. The defaults (ThresholdProbe, StepSelector):
+// expired backlog of the scan, the connection pool's saturation, the latency
+// of the last cycle), and a Selector maps the level, and the work's kind, to
+// the steps to run. The defaults (DefaultProbe, StepSelector):
 //
-//	Low     partial work, retry, gap
-//	Medium  partial work, gap
-//	High    gap
+//	Low     partial work, retry, gap     backlog < 1,000, pool < 70%, cycle < 5 s
+//	Medium  partial work, gap            backlog < 10,000, pool < 90%, cycle < 20 s
+//	High    gap                          otherwise
 //
 // Both are interfaces; the Func adapters make any function one. A
 // RateFilter wraps a Selector and skips a step whose recent success rate for
-// a kind fell below a threshold (never the last step, the fallback).
+// a kind fell below a threshold (never the last step, the fallback); the
+// cleanup loop feeds one itself with Config.MinStepSuccessRate.
 package recovery

@@ -70,6 +70,7 @@ func TestPartialWork(t *testing.T) {
 	r, err = step.TryRecover(ctx, es[0])
 	require.NoError(t, err)
 	require.True(t, r.Recovered)
+	require.True(t, r.Elsewhere)
 	require.Zero(t, r.NewNumber)
 	stats, err := s.Stats(ctx, "s")
 	require.NoError(t, err)
@@ -105,12 +106,13 @@ func TestGapStep(t *testing.T) {
 	r, err = recovery.Gap(s).TryRecover(ctx, es[0])
 	require.NoError(t, err, "already a gap: resolved meanwhile")
 	require.True(t, r.Recovered)
+	require.True(t, r.Elsewhere)
 }
 
 func TestPipelineOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, es := expiredEntries(t, 3)
+	s, es := expiredEntries(t, 4)
 	var ran []string
 	observe := func(step string, r recovery.Result, err error) { ran = append(ran, step) }
 	p := recovery.Pipeline{
@@ -121,16 +123,18 @@ func TestPipelineOrder(t *testing.T) {
 	r, err := p.Run(ctx, es[0], observe)
 	require.NoError(t, err)
 	require.Equal(t, recovery.MethodRetry, r.Method)
-	require.Equal(t, []string{"partial-work", "retry"}, ran, "stops at the first success")
+	require.Equal(t, []string{"partial-work", "retry"}, ran, "a decline passes on; stops at the first success")
 
 	ran = nil
 	failing := recovery.Pipeline{
 		recovery.PartialWork(s, tracker(nil, false, errors.New("down")), "c"),
 		recovery.Gap(s),
 	}
-	r, err = failing.Run(ctx, es[1], observe)
-	require.NoError(t, err)
-	require.Equal(t, recovery.MethodGap, r.Method, "an erring step falls through to the next")
+	_, err = failing.Run(ctx, es[1], observe)
+	require.ErrorIs(t, err, recovery.ErrUnrecovered)
+	require.ErrorContains(t, err, "down")
+	require.Equal(t, []string{"partial-work"}, ran, "an erring step stops the pipeline: no fall-through to the gap")
+	require.Equal(t, store.Leased, read(t, s, 2).State, "left expired for a later attempt")
 
 	never := recovery.NewStep("never", func(context.Context, store.Entry) (recovery.Result, error) {
 		return recovery.Result{}, errors.New("db down")
@@ -138,7 +142,78 @@ func TestPipelineOrder(t *testing.T) {
 	_, err = recovery.Pipeline{never}.Run(ctx, es[2], nil)
 	require.ErrorIs(t, err, recovery.ErrUnrecovered)
 	require.ErrorContains(t, err, "db down")
-	require.Equal(t, store.Leased, read(t, s, 3).State, "unrecovered stays expired for the next cycle")
+
+	_, err = recovery.Pipeline{recovery.PartialWork(s, tracker(nil, false, nil), "c")}.Run(ctx, es[3], nil)
+	require.ErrorIs(t, err, recovery.ErrUnrecovered, "every step declined")
+	require.Equal(t, store.Leased, read(t, s, 4).State)
+}
+
+func TestPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, es := expiredEntries(t, 1)
+	var ran []string
+	observe := func(step string, r recovery.Result, err error) { ran = append(ran, step) }
+	p := recovery.Pipeline{
+		recovery.PartialWork(s, tracker(nil, false, nil), "c"),
+		recovery.Retry(s, results([]byte("r"), true, nil), "c"),
+		recovery.Gap(s),
+	}
+	require.True(t, p.Plannable())
+	plan, err := p.Plan(ctx, es[0], observe)
+	require.NoError(t, err)
+	require.Equal(t, recovery.Plan{Step: recovery.MethodRetry, Work: []byte("r")}, plan)
+	require.Equal(t, []string{"partial-work"}, ran, "only the declines are reported")
+	require.Equal(t, store.Leased, read(t, s, 1).State, "planning writes nothing")
+
+	plan, err = recovery.Pipeline{recovery.PartialWork(s, tracker(nil, false, nil), "c"), recovery.Gap(s)}.Plan(ctx, es[0], nil)
+	require.NoError(t, err)
+	require.Equal(t, recovery.Plan{Step: recovery.MethodGap, Gap: true}, plan)
+
+	_, err = recovery.Pipeline{recovery.PartialWork(s, tracker(nil, false, errors.New("down")), "c"), recovery.Gap(s)}.Plan(ctx, es[0], nil)
+	require.ErrorIs(t, err, recovery.ErrUnrecovered)
+	require.ErrorContains(t, err, "down")
+
+	custom := recovery.Pipeline{recovery.NewStep("mine", func(context.Context, store.Entry) (recovery.Result, error) {
+		return recovery.Result{}, nil
+	}), recovery.Gap(s)}
+	require.False(t, custom.Plannable(), "a custom step must run")
+	_, err = custom.Plan(ctx, es[0], nil)
+	require.Error(t, err)
+}
+
+// lostReply loses the reply of every RecoverExpired: the work moved, but the
+// caller hears an error.
+type lostReply struct{ *memory.Store }
+
+func (l lostReply) RecoverExpired(ctx context.Context, stream string, number int64, p *store.RecoverParams) (int64, error) {
+	if _, err := l.Store.RecoverExpired(ctx, stream, number, p); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("connection reset after the statement committed")
+}
+
+// TestMoveOutcomes: a move whose reply was lost is reported as the move it
+// was (read back); an entry resolved by someone else is reported as such.
+func TestMoveOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, es := expiredEntries(t, 2)
+	r, err := recovery.PartialWork(lostReply{s}, tracker([]byte("w"), true, nil), "c").TryRecover(ctx, es[0])
+	require.NoError(t, err)
+	require.True(t, r.Recovered)
+	require.False(t, r.Elsewhere)
+	require.Equal(t, int64(3), r.NewNumber, "the work moved: reported as moved, not as a gap")
+
+	require.NoError(t, s.ResolveExpired(ctx, "s", 2, nil)) // someone else
+	r, err = recovery.Retry(s, results([]byte("w"), true, nil), "c").TryRecover(ctx, es[1])
+	require.NoError(t, err)
+	require.True(t, r.Recovered)
+	require.True(t, r.Elsewhere)
+	require.Zero(t, r.NewNumber)
+	r, err = recovery.Gap(s).TryRecover(ctx, es[1])
+	require.NoError(t, err)
+	require.True(t, r.Elsewhere)
 }
 
 func TestDefaultAdaptiveMapping(t *testing.T) {
@@ -168,13 +243,14 @@ func TestDefaultAdaptiveMapping(t *testing.T) {
 		want recovery.Level
 	}{
 		{recovery.Signals{}, recovery.Low},
-		{recovery.Signals{Backlog: 99}, recovery.Low},
-		{recovery.Signals{Backlog: 100}, recovery.Medium},
-		{recovery.Signals{Backlog: 1000}, recovery.High},
+		{recovery.Signals{Backlog: 999}, recovery.Low},
+		{recovery.Signals{Backlog: 1000}, recovery.Medium},
+		{recovery.Signals{Backlog: 9999}, recovery.Medium},
+		{recovery.Signals{Backlog: 10_000}, recovery.High},
 		{recovery.Signals{PoolSaturation: 0.75}, recovery.Medium},
 		{recovery.Signals{PoolSaturation: 0.95, Backlog: 5}, recovery.High},
 		{recovery.Signals{CycleLatency: 6 * time.Second}, recovery.Medium},
-		{recovery.Signals{CycleLatency: 21 * time.Second, Backlog: 150}, recovery.High},
+		{recovery.Signals{CycleLatency: 21 * time.Second, Backlog: 1500}, recovery.High},
 	} {
 		require.Equal(t, c.want, p.Level(ctx, c.s), "%+v", c.s)
 	}

@@ -47,7 +47,7 @@ func TestAbandonedCoalescedLeaseIsNeverLeaked(t *testing.T) {
 	for round := range rounds {
 		stream := fmt.Sprintf("s%d", round)
 		s := &hookedStore{Store: memory.New(nil)}
-		l, err := sequence.New(s, nil)
+		l, err := sequence.New(s, &sequence.Config{MaxLeaseBatch: sequence.DefaultMaxLeaseBatch}) // coalescing, which memory turns off by default
 		require.NoError(t, err)
 		ctx := context.Background()
 		ctxC, cancelC := context.WithCancel(ctx)
@@ -99,7 +99,7 @@ func TestAbandonedCoalescedLeaseIsNeverLeaked(t *testing.T) {
 func TestAbandonedCoalescedLeaseReturnsAtOnce(t *testing.T) {
 	t.Parallel()
 	s := &hookedStore{Store: memory.New(nil)}
-	l, err := sequence.New(s, nil)
+	l, err := sequence.New(s, &sequence.Config{MaxLeaseBatch: sequence.DefaultMaxLeaseBatch})
 	require.NoError(t, err)
 	ctx := context.Background()
 	ctxC, cancelC := context.WithCancel(ctx)

@@ -89,7 +89,7 @@ func receive(t *testing.T, ch <-chan error, what string) error {
 // number is resolved; they are not parked forever.
 func TestRequeuedItemsWakeWhenTheFailedItemResolves(t *testing.T) {
 	t.Parallel()
-	_, w, _, xs := groupSetup(t, 0, 3)
+	_, w, _, xs := groupSetup(t, sequence.DefaultMaxGroup, 3)
 	ctx := context.Background()
 	c2, c3 := commitAsync(xs[1]), commitAsync(xs[2])
 	waitParked(t, w, 2, 1)

@@ -61,7 +61,7 @@ func (x *Lease) KeepAlive(opts *KeepAliveOpts) error {
 		return fmt.Errorf("sequence: keep-alive %s/%d: %w", x.stream, x.number, err)
 	}
 	share := cmp.Or(opts.RenewShare, DefaultRenewShare)
-	if share <= 0 || share >= 1 {
+	if !(share > 0 && share < 1) { // also NaN
 		return fmt.Errorf("sequence: keep-alive %s/%d: %w: RenewShare %v must be in (0, 1)", x.stream, x.number, ErrInvalidArgument, share)
 	}
 	if opts.MaxJitter < 0 || opts.MaxJitter > ttl/10 {
@@ -117,6 +117,7 @@ func (x *Lease) leasedTTL() time.Duration {
 func (x *Lease) renewLoop(ctx context.Context, ttl time.Duration, share float64, jitter time.Duration) {
 	wait := time.NewTimer(0)
 	defer wait.Stop()
+	lost := x.Done()
 	for {
 		pause := time.Duration(float64(ttl)*share) + rand.N(jitter+1)
 		pause = min(pause, x.Remaining())
@@ -124,7 +125,7 @@ func (x *Lease) renewLoop(ctx context.Context, ttl time.Duration, share float64,
 		select {
 		case <-ctx.Done():
 			return
-		case <-x.lost:
+		case <-lost:
 			return
 		case <-wait.C:
 		}

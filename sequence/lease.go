@@ -3,8 +3,10 @@ package sequence
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqlease/seqlease/store"
@@ -35,9 +37,35 @@ type Lease struct {
 	keepAlive     *keepAlive
 	renewErr      error // the keep-alive's last failed renewal, if any
 
-	lost     chan struct{} // closed when the lease is over
+	committing atomic.Bool // an ungrouped Commit of this handle runs (commitAlone)
+
+	// ended holds why the lease is over, nil while it is held; it is set
+	// once, under mu, before lost closes. lost is made on first use (most
+	// leases never need it).
+	ended    atomic.Pointer[endCause]
+	lost     chan struct{}
 	lostOnce sync.Once
-	cause    error // why; set before lost closes
+}
+
+// endCause is why a lease is over.
+type endCause struct{ err error }
+
+// The causes of a lease its holder resolved, made once.
+var (
+	endCommitted = &endCause{ErrCommitted}
+	endReleased  = &endCause{ErrReleased}
+)
+
+// causeOf returns the endCause of err, without allocating for the common
+// ones.
+func causeOf(err error) *endCause {
+	switch err {
+	case ErrCommitted:
+		return endCommitted
+	case ErrReleased:
+		return endReleased
+	}
+	return &endCause{err}
 }
 
 // Stream returns the stream the number belongs to.
@@ -90,6 +118,18 @@ func (x *Lease) Done() <-chan struct{} {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.armLocked()
+	return x.lostLocked()
+}
+
+// lostLocked returns the channel that closes when the lease is over, made
+// on first use. x.mu must be held.
+func (x *Lease) lostLocked() chan struct{} {
+	if x.lost == nil {
+		x.lost = make(chan struct{})
+		if x.ended.Load() != nil {
+			close(x.lost)
+		}
+	}
 	return x.lost
 }
 
@@ -102,10 +142,8 @@ func (x *Lease) Context() context.Context {
 	x.armLocked()
 	if x.ctx == nil {
 		x.ctx, x.cancelCtx = context.WithCancelCause(context.Background())
-		select {
-		case <-x.lost:
-			x.cancelCtx(x.cause)
-		default:
+		if c := x.ended.Load(); c != nil {
+			x.cancelCtx(c.err)
 		}
 	}
 	return x.ctx
@@ -130,15 +168,13 @@ func (x *Lease) Err() error {
 	return x.over()
 }
 
-// over returns why the lease is over, nil while Done is open. It takes no
+// over returns why the lease is over, nil while it is held. It takes no
 // lock.
 func (x *Lease) over() error {
-	select {
-	case <-x.lost:
-		return x.cause
-	default:
-		return nil
+	if c := x.ended.Load(); c != nil {
+		return c.err
 	}
+	return nil
 }
 
 // armLocked starts the timer that ends the lease at its local deadline.
@@ -183,14 +219,16 @@ func (x *Lease) end(cause error) {
 	x.lostOnce.Do(func() {
 		x.mu.Lock()
 		defer x.mu.Unlock()
-		x.cause = cause
+		x.ended.Store(causeOf(cause))
 		if x.timer != nil {
 			x.timer.Stop()
 		}
 		if x.cancelCtx != nil {
 			x.cancelCtx(cause)
 		}
-		close(x.lost)
+		if x.lost != nil {
+			close(x.lost)
+		}
 	})
 }
 
@@ -269,6 +307,9 @@ func (x *Lease) Complete(ctx context.Context, payload []byte) error {
 	if err := x.checkPayload(payload); err != nil {
 		return err
 	}
+	if done, err := x.resolvedLocally(); done {
+		return err // a repeat: same outcome, nothing written, nothing counted
+	}
 	ctx, end := x.leaser.observer.StartCommit(ctx, x.stream, x.kind, x.number, false)
 	_, err := x.leaser.store.Commit(ctx, x.stream, x.number, x.token, &store.CommitParams{Payload: payload})
 	end(err)
@@ -289,7 +330,10 @@ func (x *Lease) checkPayload(payload []byte) error {
 
 // resolved records that this process resolved the number.
 func (x *Lease) resolved(cause error) {
-	if x.leaser.barrier != nil {
+	// A store across the network reports resolutions later (NOTIFY): tell
+	// the barrier now, so the local waiters behind this number go on. A
+	// local store has already told it, before the call returned.
+	if x.leaser.barrier != nil && !x.leaser.local {
 		x.leaser.barrier.Resolved(x.stream, x.number)
 	}
 	x.finish(cause)
@@ -299,6 +343,9 @@ func (x *Lease) resolved(cause error) {
 // later numbers no longer wait for it. Releasing twice is not an error;
 // releasing a committed number is (ErrCommitted).
 func (x *Lease) Release(ctx context.Context) error {
+	if errors.Is(x.over(), ErrReleased) {
+		return nil // released by this handle already: nothing to write or count
+	}
 	err := x.leaser.store.Release(ctx, x.stream, x.number, x.token, nil)
 	x.leaser.observer.Released(ctx, x.stream, x.kind, err)
 	if err != nil {

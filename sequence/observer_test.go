@@ -96,7 +96,9 @@ func TestObserver(t *testing.T) {
 			require.NoError(t, xs[1].Commit(ctx, nil), "a repeated commit of the handle is not observed again")
 			require.NoError(t, xs[2].Extend(ctx, time.Minute))
 			require.NoError(t, xs[2].Release(ctx))
+			require.NoError(t, xs[2].Release(ctx), "a repeated release of the handle is not observed again")
 			require.NoError(t, xs[3].Complete(ctx, nil))
+			require.NoError(t, xs[3].Complete(ctx, nil), "nor a repeated complete")
 
 			late, err := l.Lease(ctx, "s", &sequence.LeaseOpts{Kind: "k", TTL: shortTTL})
 			require.NoError(t, err)

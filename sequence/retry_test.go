@@ -142,9 +142,10 @@ func TestLeaseExpiresWhileWaiting(t *testing.T) {
 			require.NoError(t, err)
 			second, err := l.Lease(ctx, "wait", &sequence.LeaseOpts{TTL: 100 * time.Millisecond})
 			require.NoError(t, err)
-			err = second.Commit(ctx, []byte("never"))
-			require.ErrorIs(t, err, sequence.ErrExpired)
-			require.ErrorContains(t, err, "waiting for earlier numbers")
+			// Refused by the holder's estimate while it waits, or by the
+			// database if the machine is slow enough for its expiry to come
+			// first: ErrExpired either way.
+			require.ErrorIs(t, second.Commit(ctx, []byte("never")), sequence.ErrExpired)
 			es := readAll(t, s, "wait")
 			require.Equal(t, store.Leased, es[1].State)
 			require.Nil(t, es[1].Payload)

@@ -24,6 +24,11 @@ type Store interface {
 	Extend(ctx context.Context, stream string, number int64, token store.Token, p *store.ExtendParams) (now, expiresAt time.Time, err error)
 }
 
+// localStore is a store that answers in process, without a round trip, and
+// reports every resolution to its watchers (the barrier) before the call
+// that made it returns (store/memory).
+type localStore interface{ Local() bool }
+
 // Waiter is what the Leaser needs of the barrier: *barrier.Barrier.
 type Waiter interface {
 	// Ready returns a channel closed once every number of stream below n
@@ -31,6 +36,9 @@ type Waiter interface {
 	Ready(ctx context.Context, stream string, n int64) (<-chan struct{}, func(), error)
 	// Resolved reports a number this process resolved.
 	Resolved(stream string, number int64)
+	// Reached reports, without waiting or allocating, whether every number
+	// of stream below n is known to be resolved.
+	Reached(stream string, n int64) bool
 }
 
 var _ Waiter = (*barrier.Barrier)(nil)
@@ -44,6 +52,9 @@ const (
 	DefaultMaxLeaseBatch = 1000
 	DefaultWriteTimeout  = 30 * time.Second
 	DefaultMaxMargin     = time.Second
+	// MaxGroupDelay bounds Config.GroupDelay: a group commit never holds
+	// its callers longer than this for company.
+	MaxGroupDelay = time.Second
 )
 
 // Config configures a Leaser. A nil *Config means the defaults; so does the
@@ -67,15 +78,19 @@ type Config struct {
 	Owner string
 	// MaxGroup bounds group commit: when consecutive numbers of a stream
 	// are ready to commit in this process, up to MaxGroup of them commit in
-	// one transaction. 1 turns group commit off. Default: DefaultMaxGroup.
+	// one transaction. 1 turns group commit off. Default: DefaultMaxGroup,
+	// or 1 on a store that answers in process (store/memory), where there
+	// is no round trip to save.
 	MaxGroup int
 	// GroupDelay is how long a group may wait for more consecutive commits
 	// to join it before it goes to the database. It adds latency to buy
-	// larger groups. Default: 0 (a group takes what is ready, nothing more).
+	// larger groups; at most MaxGroupDelay. Default: 0 (a group takes what
+	// is ready, nothing more).
 	GroupDelay time.Duration
 	// MaxLeaseBatch bounds lease coalescing: concurrent Lease calls on one
 	// stream share one statement of up to MaxLeaseBatch numbers. 1 turns
-	// coalescing off. Default: DefaultMaxLeaseBatch.
+	// coalescing off. Default: DefaultMaxLeaseBatch, or 1 on a store that
+	// answers in process.
 	MaxLeaseBatch int
 	// WriteTimeout bounds a shared statement (a coalesced lease, a group
 	// commit), which runs on behalf of several callers and so does not end
@@ -113,6 +128,9 @@ type Leaser struct {
 	margin        time.Duration
 	now           func() time.Time
 	observer      Observer
+	observed      bool // Config.Observer was set: only then are waits timed
+	leaseParams   *store.LeaseParams
+	local         bool // the store answers in process and notifies its watchers before it returns
 
 	leaseQueues sync.Map     // stream -> *leaseQueue
 	committers  sync.Map     // stream -> *committer
@@ -128,6 +146,15 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
+	maxGroup, maxLeaseBatch := DefaultMaxGroup, DefaultMaxLeaseBatch
+	ls, local := s.(localStore)
+	local = local && ls.Local()
+	if local {
+		// Coalescing and group commit save database round trips; a store
+		// that answers in process has none to save, and they would only
+		// add hand-offs between goroutines.
+		maxGroup, maxLeaseBatch = 1, 1
+	}
 	defaultTTL := cfg.DefaultTTL
 	if defaultTTL == 0 && cfg.MaxTTL > 0 {
 		defaultTTL = min(DefaultTTL, cfg.MaxTTL) // a short MaxTTL alone is fine
@@ -139,34 +166,34 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		maxTTL:        cmp.Or(cfg.MaxTTL, DefaultMaxTTL),
 		maxPayload:    cmp.Or(cfg.MaxPayload, DefaultMaxPayload),
 		owner:         cfg.Owner,
-		maxGroup:      cmp.Or(cfg.MaxGroup, DefaultMaxGroup),
+		maxGroup:      cmp.Or(cfg.MaxGroup, maxGroup),
 		groupDelay:    cfg.GroupDelay,
-		maxLeaseBatch: cmp.Or(cfg.MaxLeaseBatch, DefaultMaxLeaseBatch),
+		maxLeaseBatch: cmp.Or(cfg.MaxLeaseBatch, maxLeaseBatch),
 		writeTimeout:  cmp.Or(cfg.WriteTimeout, DefaultWriteTimeout),
 		margin:        cfg.Margin,
 		now:           cfg.Now,
 		observer:      cfg.Observer,
 	}
 	switch {
-	case l.maxTTL < 0 || l.maxTTL > store.MaxTTL:
-		return nil, fmt.Errorf("sequence: Config.MaxTTL %v must be in (0, %v]", cfg.MaxTTL, store.MaxTTL)
-	case l.defaultTTL < 0 || l.defaultTTL > l.maxTTL:
-		return nil, fmt.Errorf("sequence: Config.DefaultTTL %v must be in (0, MaxTTL %v]", cfg.DefaultTTL, l.maxTTL)
+	case l.maxTTL < time.Microsecond || l.maxTTL > store.MaxTTL:
+		return nil, configError("Config.MaxTTL", "%v must be in [1µs, %v]", cfg.MaxTTL, store.MaxTTL)
+	case l.defaultTTL < time.Microsecond || l.defaultTTL > l.maxTTL:
+		return nil, configError("Config.DefaultTTL", "%v must be in [1µs, MaxTTL %v]", cfg.DefaultTTL, l.maxTTL)
 	case l.maxPayload < 0:
-		return nil, fmt.Errorf("sequence: Config.MaxPayload %d must not be negative", cfg.MaxPayload)
+		return nil, configError("Config.MaxPayload", "%d must not be negative", cfg.MaxPayload)
 	case l.maxGroup < 0 || l.maxGroup > store.MaxBatch:
-		return nil, fmt.Errorf("sequence: Config.MaxGroup %d must be in 0..%d", cfg.MaxGroup, store.MaxBatch)
-	case l.groupDelay < 0:
-		return nil, fmt.Errorf("sequence: Config.GroupDelay %v must not be negative", cfg.GroupDelay)
+		return nil, configError("Config.MaxGroup", "%d must be in 0..%d", cfg.MaxGroup, store.MaxBatch)
+	case l.groupDelay < 0 || l.groupDelay > MaxGroupDelay:
+		return nil, configError("Config.GroupDelay", "%v must be in [0, %v]", cfg.GroupDelay, MaxGroupDelay)
 	case l.maxLeaseBatch < 0 || l.maxLeaseBatch > store.MaxBatch:
-		return nil, fmt.Errorf("sequence: Config.MaxLeaseBatch %d must be in 0..%d", cfg.MaxLeaseBatch, store.MaxBatch)
+		return nil, configError("Config.MaxLeaseBatch", "%d must be in 0..%d", cfg.MaxLeaseBatch, store.MaxBatch)
 	case l.writeTimeout < 0:
-		return nil, fmt.Errorf("sequence: Config.WriteTimeout %v must not be negative", cfg.WriteTimeout)
+		return nil, configError("Config.WriteTimeout", "%v must not be negative", cfg.WriteTimeout)
 	case l.margin < 0 || l.margin >= l.maxTTL:
-		return nil, fmt.Errorf("sequence: Config.Margin %v must be in [0, MaxTTL %v)", cfg.Margin, l.maxTTL)
+		return nil, configError("Config.Margin", "%v must be in [0, MaxTTL %v)", cfg.Margin, l.maxTTL)
 	}
 	if err := store.ValidateText("owner", l.owner); err != nil {
-		return nil, fmt.Errorf("sequence: Config.Owner: %w", err)
+		return nil, fmt.Errorf("sequence: Config.Owner: %w", err) // matches ErrInvalidArgument
 	}
 	if l.owner == "" {
 		host, _ := os.Hostname()
@@ -175,10 +202,19 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 	if l.now == nil {
 		l.now = time.Now
 	}
+	l.leaseParams = &store.LeaseParams{Owner: l.owner} // read-only, shared by every call
+	l.local = local
+	l.observed = l.observer != nil
 	if l.observer == nil {
 		l.observer = nopObserver{}
 	}
 	return l, nil
+}
+
+// configError reports an invalid Config field; it matches
+// ErrInvalidArgument.
+func configError(field, format string, args ...any) error {
+	return fmt.Errorf("sequence: %s %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidArgument)
 }
 
 // LeaseOpts are the options of a lease. A nil *LeaseOpts means the defaults.
@@ -196,57 +232,69 @@ type LeaseOpts struct {
 // Lease leases the next number of stream. Concurrent calls on one stream
 // share one round trip (lease coalescing).
 func (l *Leaser) Lease(ctx context.Context, stream string, opts *LeaseOpts) (*Lease, error) {
-	leases, err := l.LeaseN(ctx, stream, 1, opts)
+	entries, start, err := l.lease(ctx, stream, 1, opts)
 	if err != nil {
 		return nil, err
 	}
-	return leases[0], nil
+	return l.handle(&entries[0], start), nil
 }
 
 // LeaseN leases the next n consecutive numbers of stream in one round trip,
 // all with the same options. n must be in 1..store.MaxBatch.
 func (l *Leaser) LeaseN(ctx context.Context, stream string, n int, opts *LeaseOpts) ([]*Lease, error) {
-	if opts == nil {
-		opts = &LeaseOpts{}
-	}
-	ttl := cmp.Or(opts.TTL, l.DefaultTTL())
-	if err := store.ValidateTTL(ttl, l.maxTTL); err != nil {
-		return nil, fmt.Errorf("sequence: lease: %w", err)
-	}
-	if n < 1 || n > store.MaxBatch {
-		return nil, fmt.Errorf("sequence: lease: %w: %d, must be 1..%d", ErrInvalidCount, n, store.MaxBatch)
-	}
-	reqs := make([]store.LeaseRequest, n)
-	for i := range reqs {
-		reqs[i] = store.LeaseRequest{OperationID: opts.OperationID, Kind: opts.Kind, TTL: ttl}
-	}
-	// Validate here, not in the shared statement: one caller's bad input
-	// must not fail the others it would be coalesced with.
-	if err := store.ValidateLease(stream, reqs, &store.LeaseParams{Owner: l.owner}); err != nil {
-		return nil, fmt.Errorf("sequence: lease: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sequence: lease: %w", err)
-	}
-	ctx, end := l.observer.StartLease(ctx, stream, opts.Kind, n)
-	start := l.now()
-	var entries []store.Entry
-	var err error
-	if n >= l.maxLeaseBatch || l.maxLeaseBatch <= 1 {
-		entries, err = l.store.Lease(ctx, stream, reqs, &store.LeaseParams{Owner: l.owner})
-	} else {
-		entries, err = l.leaseQueue(stream).lease(ctx, l, stream, reqs)
-	}
+	entries, start, err := l.lease(ctx, stream, n, opts)
 	if err != nil {
-		end(0, err)
-		return nil, fmt.Errorf("sequence: %w", err)
+		return nil, err
 	}
-	end(entries[0].Number, nil)
 	out := make([]*Lease, len(entries))
 	for i := range entries {
 		out[i] = l.handle(&entries[i], start)
 	}
 	return out, nil
+}
+
+// lease leases n numbers; start is when the request began, on the local
+// clock (the base of the handles' local deadlines).
+func (l *Leaser) lease(ctx context.Context, stream string, n int, opts *LeaseOpts) (entries []store.Entry, start time.Time, err error) {
+	if opts == nil {
+		opts = &LeaseOpts{}
+	}
+	ttl := cmp.Or(opts.TTL, l.DefaultTTL())
+	if err := store.ValidateTTL(ttl, l.maxTTL); err != nil {
+		return nil, time.Time{}, fmt.Errorf("sequence: lease: %w", err)
+	}
+	if n < 1 || n > store.MaxBatch {
+		return nil, time.Time{}, fmt.Errorf("sequence: lease: %w: %d, must be 1..%d", ErrInvalidCount, n, store.MaxBatch)
+	}
+	reqs := make([]store.LeaseRequest, n)
+	for i := range reqs {
+		reqs[i] = store.LeaseRequest{OperationID: opts.OperationID, Kind: opts.Kind, TTL: ttl}
+	}
+	coalesce := n < l.maxLeaseBatch && l.maxLeaseBatch > 1
+	// Validate here, not in the shared statement: one caller's bad input
+	// must not fail the others it would be coalesced with. (Alone, the
+	// store's own validation says the same.)
+	if coalesce {
+		if err := store.ValidateLease(stream, reqs, l.leaseParams); err != nil {
+			return nil, time.Time{}, fmt.Errorf("sequence: lease: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("sequence: lease: %w", err)
+	}
+	ctx, end := l.observer.StartLease(ctx, stream, opts.Kind, n)
+	start = l.now()
+	if coalesce {
+		entries, err = l.leaseQueue(stream).lease(ctx, l, stream, reqs)
+	} else {
+		entries, err = l.store.Lease(ctx, stream, reqs, l.leaseParams)
+	}
+	if err != nil {
+		end(0, err)
+		return nil, time.Time{}, fmt.Errorf("sequence: %w", err)
+	}
+	end(entries[0].Number, nil)
+	return entries, start, nil
 }
 
 func (l *Leaser) handle(e *store.Entry, start time.Time) *Lease {
@@ -260,7 +308,6 @@ func (l *Leaser) handle(e *store.Entry, start time.Time) *Lease {
 		leasedAt:      e.LeasedAt,
 		expiresAt:     e.ExpiresAt,
 		localDeadline: l.localDeadline(start, e.LeasedAt, e.ExpiresAt),
-		lost:          make(chan struct{}),
 	}
 }
 
@@ -287,11 +334,14 @@ func (l *Leaser) DefaultTTL() time.Duration {
 // The cleanup loop boosts while it works through a mass expiry (cascade
 // mode), so that new leases do not expire in the same overload.
 func (l *Leaser) BoostTTL(factor float64) {
-	if factor <= 1 {
+	if !(factor > 1) { // also NaN
 		l.boostedTTL.Store(0)
 		return
 	}
-	boosted := min(time.Duration(float64(l.defaultTTL)*factor), l.maxTTL)
+	boosted := l.maxTTL
+	if f := float64(l.defaultTTL) * factor; f < float64(l.maxTTL) { // also +Inf
+		boosted = time.Duration(f)
+	}
 	l.boostedTTL.Store(int64(boosted))
 }
 

@@ -114,3 +114,50 @@ func ValidateExpiredBatch(stream string, numbers []int64, p *ResolveExpiredParam
 	}
 	return ExpiryReason(stream, 1, p)
 }
+
+// RecoverItem is one move of RecoverExpiredBatch: the work of the expired
+// entry Number goes to a new number.
+type RecoverItem struct {
+	Number  int64
+	Payload []byte
+	// RecoveryType says how the work was recovered ("partial-work",
+	// "retry"); required.
+	RecoveryType string
+}
+
+// RecoverBatchParams are the options of RecoverExpiredBatch. A nil pointer
+// means the defaults.
+type RecoverBatchParams struct {
+	// Reason is the old entries' gap reason. Default: ReasonRecovered.
+	Reason string
+	// Owner is recorded on the new entries (the recovering process).
+	Owner string
+	Now   *time.Time
+}
+
+// RecoverResult is the outcome of one RecoverItem.
+type RecoverResult struct {
+	// Moved is the number the work moved to; 0 if it did not move.
+	Moved int64
+	// Err says why not, as RecoverExpired would: ErrNotExpired,
+	// ErrCommitted, ErrReleased, ErrExpired, ErrGap, ErrNotFound.
+	Err error
+}
+
+// ValidateRecoverBatch checks a RecoverExpiredBatch call: a valid stream,
+// 1..MaxBatch items with numbers ascending and distinct, a recovery type on
+// each, and valid params.
+func ValidateRecoverBatch(stream string, items []RecoverItem, p *RecoverBatchParams) error {
+	if len(items) == 0 || len(items) > MaxBatch {
+		return fmt.Errorf("%w: %d items, must be 1..%d", ErrInvalidCount, len(items), MaxBatch)
+	}
+	for i, it := range items {
+		if err := ValidateRecover(stream, it.Number, &RecoverParams{RecoveryType: it.RecoveryType, Reason: p.Reason, Owner: p.Owner}); err != nil {
+			return err
+		}
+		if i > 0 && it.Number <= items[i-1].Number {
+			return fmt.Errorf("%w: numbers must ascend, %d after %d", ErrInvalidNumber, it.Number, items[i-1].Number)
+		}
+	}
+	return nil
+}

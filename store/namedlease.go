@@ -134,15 +134,49 @@ type LeaseHistoryParams struct {
 	Limit   int // at most this many; 0 means DefaultListLimit
 }
 
+// LeaseWaiter is the announcement of a blocked acquire, sent by
+// AnnounceLeaseWaiter to the other processes' watches (package lease uses
+// it to hand a name over roughly first come, first served across
+// processes). It is a notice only: nothing is stored.
+type LeaseWaiter struct {
+	Name   string
+	Waiter string // the waiting owner (one announcement per owner and name)
+	// Since is when the waiter asked for the name, by the backend's clock:
+	// waiters that asked earlier go first. Zero withdraws the owner's
+	// announcement (it no longer waits).
+	Since time.Time
+	// Fence is the fence of the last holding of Name the waiter saw (0:
+	// none); a holding of Name by Waiter with a larger fence shows that the
+	// announced waiter got its turn.
+	Fence int64
+}
+
+// Withdrawn reports whether w withdraws its owner's announcement.
+func (w LeaseWaiter) Withdrawn() bool { return w.Since.IsZero() }
+
+// ValidateLeaseWaiter checks an announcement.
+func ValidateLeaseWaiter(w LeaseWaiter) error {
+	if err := ValidateLeaseName(w.Name); err != nil {
+		return err
+	}
+	if err := ValidateLeaseOwner(w.Waiter); err != nil {
+		return err
+	}
+	if w.Fence < 0 {
+		return fmt.Errorf("%w: %d", ErrInvalidFence, w.Fence)
+	}
+	return nil
+}
+
 // LeaseSink receives the notices of a backend's WatchLeases. Its methods
 // must not block.
 type LeaseSink interface {
 	// Freed reports that a holding of name ended (released, force-released
 	// or marked expired): the name may be free.
 	Freed(name string)
-	// Wanted reports that waiter waits for name and lost a race for it
-	// (AnnounceLeaseWaiter).
-	Wanted(name, waiter string)
+	// Wanted reports a waiter's announcement (AnnounceLeaseWaiter), the
+	// sender's own included.
+	Wanted(w LeaseWaiter)
 	// Reset reports that notices may have been missed (a reconnect).
 	Reset()
 }

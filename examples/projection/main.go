@@ -12,18 +12,22 @@
 // completed results) under new numbers and turning the rest into gaps, which
 // the projector answers by redelivering the event.
 //
-//	go run ./examples/projection                      # in memory
-//	go run ./examples/projection -dsn postgres://...  # on PostgreSQL
-//	go run ./examples/projection -metrics :9464       # and serve /metrics
+//	go run ./examples/projection                               # in memory
+//	go run ./examples/projection -dsn postgres://...           # on PostgreSQL
+//	go run ./examples/projection -dsn postgres://... -procs 3  # three worker processes
+//	go run ./examples/projection -metrics :9464 -linger 1m     # and serve /metrics
 //
 // Run with -h for the knobs.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -35,18 +39,21 @@ type config struct {
 	stall, crash              float64
 	partial, retry            float64
 	dsn, schema               string
-	progress                  time.Duration
+	procs                     int
+	progress, linger          time.Duration
 	metricsAddr               string
 	telemetry                 *telemetry // set when metricsAddr is; nil: no metrics
 }
 
 func main() {
+	code := 0
+	defer func() { os.Exit(code) }() // after the deferred shutdowns below
 	var c config
 	flag.IntVar(&c.events, "events", 2000, "events in the source")
-	flag.IntVar(&c.workers, "workers", 16, "parallel workers")
+	flag.IntVar(&c.workers, "workers", 16, "parallel workers (per process, with -procs)")
 	flag.IntVar(&c.accounts, "accounts", 50, "accounts the events touch")
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the event source and the faults")
-	flag.DurationVar(&c.ttl, "ttl", 100*time.Millisecond, "lease duration")
+	flag.DurationVar(&c.ttl, "ttl", 0, "lease duration (default 100ms in memory, 300ms on PostgreSQL)")
 	flag.DurationVar(&c.interval, "cleanup-interval", 25*time.Millisecond, "cleanup loop interval")
 	flag.Float64Var(&c.stall, "stall", 0.005, "share of attempts that stall past their lease")
 	flag.Float64Var(&c.crash, "crash", 0.01, "share of attempts that crash and drop their lease")
@@ -55,8 +62,37 @@ func main() {
 	flag.StringVar(&c.dsn, "dsn", "", "PostgreSQL URL; empty runs on the in-memory backend")
 	flag.StringVar(&c.schema, "schema", "seqlease_demo", "PostgreSQL schema (migrated on start)")
 	flag.DurationVar(&c.progress, "progress", time.Second, "interval of the progress line (0: none)")
+	flag.IntVar(&c.procs, "procs", 1, "worker processes sharing the PostgreSQL of -dsn (1: workers run in this process)")
 	flag.StringVar(&c.metricsAddr, "metrics", "", "serve Prometheus metrics on this address while it runs, e.g. :9464 (empty: off)")
+	flag.DurationVar(&c.linger, "linger", 0, "with -metrics, keep serving this long after the run, for a scraper to catch the last values")
+	child := flag.String(childFlag, "", "internal: run as worker process STREAM:INDEX of a -procs run")
 	flag.Parse()
+	if c.ttl == 0 {
+		// Shared machines stall for tens of milliseconds at times: on
+		// PostgreSQL a healthy worker must not lose its lease to that.
+		c.ttl = 100 * time.Millisecond
+		if c.dsn != "" {
+			c.ttl = 300 * time.Millisecond
+		}
+	}
+	if err := c.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "projection:", err)
+		os.Exit(2)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if *child != "" {
+		stream, index, err := parseChild(*child)
+		if err == nil {
+			err = runChild(ctx, c, stream, index)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "projection: worker process:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	if c.metricsAddr != "" {
 		tm, err := newTelemetry()
@@ -69,18 +105,52 @@ func main() {
 			fmt.Fprintln(os.Stderr, "projection:", err)
 			os.Exit(1)
 		}
-		defer stop()
 		c.telemetry = tm
+		defer func() {
+			if c.linger > 0 {
+				fmt.Fprintf(os.Stderr, "projection: serving metrics for %v more\n", c.linger)
+				time.Sleep(c.linger)
+			}
+			stop()
+		}()
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	rep, err := run(ctx, c)
 	if rep != nil {
 		rep.print(os.Stdout)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "projection:", err)
-		os.Exit(1)
+		code = 1
 	}
+}
+
+// validate checks the command line.
+func (c *config) validate() error {
+	switch {
+	case c.events < 1 || c.workers < 1 || c.accounts < 1:
+		return errors.New("-events, -workers and -accounts must be positive")
+	case c.ttl <= 0 || c.interval <= 0:
+		return errors.New("-ttl and -cleanup-interval must be positive")
+	case c.procs < 1:
+		return errors.New("-procs must be at least 1")
+	case c.procs > 1 && c.dsn == "":
+		return errors.New("-procs needs -dsn: the worker processes share one PostgreSQL")
+	case c.stall < 0 || c.crash < 0 || c.partial < 0 || c.retry < 0 || c.stall+c.crash+c.partial+c.retry > 0.5:
+		return errors.New("the fault shares must be non-negative and add up to at most 0.5")
+	}
+	return nil
+}
+
+// parseChild parses the -child value STREAM:INDEX.
+func parseChild(s string) (string, int, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return "", 0, fmt.Errorf("-child %q: want STREAM:INDEX", s)
+	}
+	index, err := strconv.Atoi(s[i+1:])
+	if err != nil {
+		return "", 0, fmt.Errorf("-child %q: %w", s, err)
+	}
+	return s[:i], index, nil
 }

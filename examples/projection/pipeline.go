@@ -37,22 +37,31 @@ type backend interface {
 	Stats(ctx context.Context, stream string) (store.StreamStats, error)
 }
 
-// tracker is the demo's WorkTracker and OperationTracker: what workers
-// recorded before they crashed, by operation id.
-type tracker struct {
+// workLog is the demo's WorkTracker and OperationTracker: what workers
+// recorded before they crashed, by operation id. In one process it is a map;
+// with -procs it is a table, so that the cleaner, in whichever process it
+// runs, finds what a worker of another process left.
+type workLog interface {
+	record(ctx context.Context, id string, payload []byte) error
+	lookup(ctx context.Context, e store.Entry) ([]byte, bool, error)
+}
+
+// memLog is the in-process workLog.
+type memLog struct {
 	mu   sync.Mutex
 	work map[string][]byte
 }
 
-func newTracker() *tracker { return &tracker{work: map[string][]byte{}} }
+func newMemLog() *memLog { return &memLog{work: map[string][]byte{}} }
 
-func (t *tracker) record(id string, payload []byte) {
+func (t *memLog) record(_ context.Context, id string, payload []byte) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.work[id] = payload
+	return nil
 }
 
-func (t *tracker) lookup(_ context.Context, e store.Entry) ([]byte, bool, error) {
+func (t *memLog) lookup(_ context.Context, e store.Entry) ([]byte, bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w, ok := t.work[e.OperationID]
@@ -65,7 +74,7 @@ type counters struct {
 	redelivered, applied, recovered, duplicates                atomic.Int64
 }
 
-// pipeline is one run.
+// pipeline is one run, or with -procs one process's part of it.
 type pipeline struct {
 	c       config
 	st      backend
@@ -73,14 +82,22 @@ type pipeline struct {
 	events  []event
 	leaser  *sequence.Leaser
 	barrier *barrier.Barrier
-	partial *tracker // partial work, for the PartialWork step
-	results *tracker // completed results, for the Retry step
-	jobs    chan int // event indices to process
+	partial workLog  // partial work, for the PartialWork step
+	results workLog  // completed results, for the Retry step
+	jobs    chan int // event indices to process; nil in the -procs parent
 	n       counters
+	// observed is every number the projector read, in order, for the
+	// audit of I5.
+	observed []int64
 }
 
+// run runs the pipeline in this process, or with -procs in worker
+// processes while this one projects.
 func run(ctx context.Context, c config) (*report, error) {
-	st, closeStore, err := openStore(ctx, c)
+	if c.procs > 1 {
+		return runParent(ctx, c)
+	}
+	st, _, closeStore, err := openStore(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -90,44 +107,14 @@ func run(ctx context.Context, c config) (*report, error) {
 		c: c, st: st,
 		stream:  fmt.Sprintf("projection-%d", time.Now().UnixNano()),
 		events:  generate(c.seed, c.events, c.accounts),
-		partial: newTracker(), results: newTracker(),
+		partial: newMemLog(), results: newMemLog(),
 		jobs: make(chan int, c.events), // each event is in it at most once
 	}
-	if p.barrier, err = barrier.New(st, nil); err != nil {
-		return nil, err
-	}
-	if err := p.barrier.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer p.barrier.Stop()
-	var leaserObs sequence.Observer
-	var cleanupObs cleanup.Observer
-	if c.telemetry != nil {
-		m, err := p.instrument(c.telemetry)
-		if err != nil {
-			return nil, err
-		}
-		c.telemetry.onClose(m.Close)
-		leaserObs, cleanupObs = m.Leaser(), m.Cleanup()
-	}
-	if p.leaser, err = sequence.New(st, &sequence.Config{Barrier: p.barrier, DefaultTTL: c.ttl, Owner: "projection-demo", Observer: leaserObs}); err != nil {
-		return nil, err
-	}
-	cl, err := cleanup.New(st, &cleanup.Config{
-		Interval:         c.interval,
-		WorkTracker:      recovery.WorkTrackerFunc(p.partial.lookup),
-		OperationTracker: recovery.OperationTrackerFunc(p.results.lookup),
-		Booster:          p.leaser,
-		Owner:            "projection-cleanup",
-		Observer:         cleanupObs,
-	})
+	stop, err := p.startNode(ctx, "projection-demo")
 	if err != nil {
 		return nil, err
 	}
-	if err := cl.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer cl.Stop()
+	defer stop()
 
 	for i := range p.events {
 		p.jobs <- i
@@ -149,30 +136,83 @@ func run(ctx context.Context, c config) (*report, error) {
 	return p.check(ctx, model, elapsed)
 }
 
-// openStore returns the memory backend, or PostgreSQL (migrated) with -dsn.
-func openStore(ctx context.Context, c config) (backend, func(), error) {
+// startNode starts what a process that leases and cleans needs: the
+// barrier, the leaser and the cleanup loop. stop stops them.
+func (p *pipeline) startNode(ctx context.Context, owner string) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if p.barrier, err = barrier.New(p.st, nil); err != nil {
+		return nil, err
+	}
+	if err := p.barrier.Start(ctx); err != nil {
+		return nil, err
+	}
+	stops = append(stops, p.barrier.Stop)
+	var leaserObs sequence.Observer
+	var cleanupObs cleanup.Observer
+	if p.c.telemetry != nil {
+		m, err := p.instrument(p.c.telemetry)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		p.c.telemetry.onClose(m.Close)
+		leaserObs, cleanupObs = m.Leaser(), m.Cleanup()
+	}
+	if p.leaser, err = sequence.New(p.st, &sequence.Config{Barrier: p.barrier, DefaultTTL: p.c.ttl, Owner: owner, Observer: leaserObs}); err != nil {
+		stop()
+		return nil, err
+	}
+	cl, err := cleanup.New(p.st, &cleanup.Config{
+		Interval:         p.c.interval,
+		WorkTracker:      recovery.WorkTrackerFunc(p.partial.lookup),
+		OperationTracker: recovery.OperationTrackerFunc(p.results.lookup),
+		Booster:          p.leaser,
+		Barrier:          p.barrier,
+		Owner:            owner + "/cleanup",
+		Observer:         cleanupObs,
+	})
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	if err := cl.Start(ctx); err != nil {
+		stop()
+		return nil, err
+	}
+	stops = append(stops, cl.Stop)
+	return stop, nil
+}
+
+// openStore returns the memory backend, or PostgreSQL (migrated) with -dsn,
+// and then also its pool.
+func openStore(ctx context.Context, c config) (backend, *pgxpool.Pool, func(), error) {
 	if c.dsn == "" {
-		return memory.New(nil), func() {}, nil
+		return memory.New(nil), nil, func() {}, nil
 	}
 	pool, err := pgxpool.New(ctx, c.dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect: %w", err)
+		return nil, nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	m, err := migrations.New(&migrations.Config{Schema: c.schema})
 	if err != nil {
 		pool.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if _, err := m.Up(ctx, pool); err != nil {
 		pool.Close()
-		return nil, nil, fmt.Errorf("migrate: %w", err)
+		return nil, nil, nil, fmt.Errorf("migrate: %w", err)
 	}
 	st, err := postgres.New(pool, &postgres.Config{Schema: c.schema})
 	if err != nil {
 		pool.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return st, pool.Close, nil
+	return st, pool, pool.Close, nil
 }
 
 // worker processes events: lease a number, do the work, commit in order.
@@ -183,8 +223,15 @@ func (p *pipeline) worker(ctx context.Context, id uint64) {
 		e := p.events[idx]
 		lease, err := p.leaser.Lease(ctx, p.stream, &sequence.LeaseOpts{OperationID: e.ID, Kind: e.Type})
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "lease:", err)
-			return
+			if ctx.Err() != nil {
+				return
+			}
+			// A transient failure (the database restarting, say): the event
+			// goes back in the queue and the worker tries again shortly.
+			fmt.Fprintln(os.Stderr, "projection: lease:", err)
+			p.jobs <- idx
+			time.Sleep(p.c.ttl)
+			continue
 		}
 		result, _ := json.Marshal(project(e))
 		switch f := r.Float64(); {
@@ -201,12 +248,12 @@ func (p *pipeline) worker(ctx context.Context, id uint64) {
 			p.n.crashed.Add(1) // dies holding the lease
 			continue
 		case f < p.c.stall+p.c.crash+p.c.partial:
-			p.partial.record(e.ID, result) // half done, then dies
 			p.n.partial.Add(1)
+			p.recordThenDie(ctx, p.partial, lease, e.ID, result) // half done, then dies
 			continue
 		case f < p.c.stall+p.c.crash+p.c.partial+p.c.retry:
-			p.results.record(e.ID, result) // done, then dies before committing
 			p.n.retried.Add(1)
+			p.recordThenDie(ctx, p.results, lease, e.ID, result) // done, then dies before committing
 			continue
 		}
 		_ = lease.KeepAlive(nil)
@@ -220,9 +267,20 @@ func (p *pipeline) worker(ctx context.Context, id uint64) {
 	}
 }
 
+// recordThenDie records what a worker did before it "crashes". If the
+// record cannot be written, the worker gives the number up instead, so the
+// event is redelivered rather than lost.
+func (p *pipeline) recordThenDie(ctx context.Context, log workLog, lease *sequence.Lease, id string, result []byte) {
+	if err := log.record(ctx, id, result); err != nil {
+		fmt.Fprintln(os.Stderr, "projection: record work:", err)
+		_ = lease.Release(ctx)
+	}
+}
+
 // project follows the stream in order and applies each operation once. A
 // gap whose work was not recovered elsewhere means its event still needs
-// doing: it is redelivered.
+// doing: in one process it is redelivered here; with -procs the worker
+// process that owns the event redelivers it.
 func (p *pipeline) project(ctx context.Context) (readModel, error) {
 	model := readModel{}
 	applied := make([]bool, len(p.events))
@@ -235,13 +293,16 @@ func (p *pipeline) project(ctx context.Context) (readModel, error) {
 			return nil, fmt.Errorf("reader went back: %d after %d", e.Number, last)
 		}
 		last = e.Number
+		if e.State == store.Committed {
+			p.observed = append(p.observed, e.Number)
+		}
 		if e.State == store.Gap {
 			if e.RecoveredAs == 0 {
 				idx, err := eventIndex(e.OperationID)
 				if err != nil {
 					return nil, err
 				}
-				if !applied[idx] {
+				if !applied[idx] && p.jobs != nil {
 					p.n.redelivered.Add(1)
 					p.jobs <- idx
 				}
@@ -292,15 +353,23 @@ func (p *pipeline) progress(start time.Time) (stop func()) {
 				return
 			case <-t.C:
 			}
-			st, err := p.st.Stats(context.Background(), p.stream)
+			ctx := context.Background()
+			st, err := p.st.Stats(ctx, p.stream)
+			if err != nil {
+				continue
+			}
+			expired, err := p.st.ListExpired(ctx, &store.ListExpiredParams{Stream: p.stream, Limit: store.MaxListLimit})
+			if err != nil {
+				continue
+			}
+			gaps, err := p.st.CountGaps(ctx, p.stream)
 			if err != nil {
 				continue
 			}
 			applied := p.n.applied.Load()
-			fmt.Fprintf(os.Stderr, "%6.1fs  applied %d/%d  watermark %d  in flight %d  stalled %d  crashed %d  recovered %d  redelivered %d  %.0f events/s\n",
+			fmt.Fprintf(os.Stderr, "%6.1fs  applied %d/%d  watermark %d  in flight %d  expired %d  recovered %d  gaps %d  %.0f events/s\n",
 				time.Since(start).Seconds(), applied, len(p.events), st.Watermark, st.Unresolved,
-				p.n.stalled.Load(), p.n.crashed.Load()+p.n.partial.Load()+p.n.retried.Load(),
-				p.n.recovered.Load(), p.n.redelivered.Load(), float64(applied)/time.Since(start).Seconds())
+				len(expired), p.n.recovered.Load(), gaps, float64(applied)/time.Since(start).Seconds())
 		}
 	})
 	return func() { close(done); wg.Wait() }
@@ -310,10 +379,6 @@ func (p *pipeline) progress(start time.Time) (stop func()) {
 // barrier's watermarks, the gap count and the alert evaluator; alerts are
 // printed as they fire and resolve.
 func (p *pipeline) instrument(tm *telemetry) (*metrics.Metrics, error) {
-	gaps, err := gap.New(p.st, nil)
-	if err != nil {
-		return nil, err
-	}
 	alerts, err := metrics.NewEvaluator(&metrics.EvaluatorConfig{
 		Sink: func(a metrics.Alert) {
 			state := "resolved"
@@ -329,7 +394,7 @@ func (p *pipeline) instrument(tm *telemetry) (*metrics.Metrics, error) {
 	return metrics.New(&metrics.Config{
 		MeterProvider: tm.provider,
 		Watermarks:    p.barrier,
-		Gaps:          gaps,
+		Gaps:          p.st, // the store counts open gaps
 		Alerts:        alerts,
 	})
 }

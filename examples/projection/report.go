@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/seqlease/seqlease/audit"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
 )
@@ -14,6 +18,7 @@ import (
 type report struct {
 	backend         string
 	events, workers int
+	procs           int
 	elapsed         time.Duration
 	n               *counters
 	numbers         int
@@ -21,23 +26,26 @@ type report struct {
 	recoveredBy     map[string]int
 	gapsBy          map[string]int
 	recoveryTimes   []time.Duration
+	owners          map[string]int // numbers leased per owner (process)
 	matches         bool
-	invariants      []string
+	audit           *audit.Report
 }
 
-// check waits for every number to resolve, then audits the ledger and
-// compares the read model with a sequential replay.
+// check waits for every number to resolve, then audits the ledger against
+// what the projector read and compares the read model with a sequential
+// replay.
 func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Duration) (*report, error) {
 	rep := &report{
-		backend: "in-memory", events: len(p.events), workers: p.c.workers, elapsed: elapsed, n: &p.n,
-		recoveredBy: map[string]int{}, gapsBy: map[string]int{},
+		backend: "in-memory", events: len(p.events), workers: p.c.workers, procs: max(p.c.procs, 1), elapsed: elapsed, n: &p.n,
+		recoveredBy: map[string]int{}, gapsBy: map[string]int{}, owners: map[string]int{},
 	}
 	if p.c.dsn != "" {
 		rep.backend = "PostgreSQL"
 	}
 	// Stalled workers may still hold numbers nobody needs any more: the
 	// cleanup loop resolves them within TTL + interval + a cycle.
-	deadline := time.Now().Add(10 * (p.c.ttl + p.c.interval))
+	bound := 10 * (p.c.ttl + p.c.interval)
+	deadline := time.Now().Add(bound)
 	for {
 		st, err := p.st.Stats(ctx, p.stream)
 		if err != nil {
@@ -47,10 +55,18 @@ func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Dura
 			break
 		}
 		if time.Now().After(deadline) {
-			return rep, fmt.Errorf("%d numbers still unresolved after %v", st.Unresolved, 10*(p.c.ttl+p.c.interval))
+			return rep, fmt.Errorf("%d numbers still unresolved after %v", st.Unresolved, bound)
 		}
 		time.Sleep(p.c.interval)
 	}
+	ar, err := audit.Stream(ctx, p.st, p.stream, &audit.Options{
+		Ordered:  true,
+		Observed: p.observed,
+	})
+	if err != nil {
+		return rep, err
+	}
+	rep.audit = ar
 	var ledger []store.Entry
 	for {
 		es, err := p.st.Read(ctx, p.stream, int64(len(ledger)), store.MaxListLimit)
@@ -63,46 +79,37 @@ func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Dura
 		}
 	}
 	byNumber := map[int64]store.Entry{}
-	for i, e := range ledger {
-		if e.Number != int64(i+1) {
-			return rep, fmt.Errorf("I1 violated: position %d holds number %d", i+1, e.Number)
-		}
-		if !e.State.Resolved() {
-			return rep, fmt.Errorf("number %d unresolved", e.Number)
-		}
+	for _, e := range ledger {
 		byNumber[e.Number] = e
-		if e.State == store.Committed {
+		switch {
+		case e.State == store.Committed:
 			rep.committed++
-		}
-		if e.State == store.Gap {
+		case e.State == store.Gap:
 			rep.gapsBy[e.GapReason]++
+		}
+		if e.RecoveredFrom == 0 {
+			rep.owners[e.Owner]++
 		}
 	}
 	for _, e := range ledger {
 		if md, ok := recovery.MetadataOf(e); ok {
 			rep.recoveredBy[md.Type]++
-			orig := byNumber[md.OriginalNumber]
-			rep.recoveryTimes = append(rep.recoveryTimes, md.RecoveredAt.Sub(orig.ExpiresAt))
-			if orig.RecoveredAs != e.Number {
-				return rep, fmt.Errorf("recovery of %d points at %d, not %d", orig.Number, orig.RecoveredAs, e.Number)
-			}
+			rep.recoveryTimes = append(rep.recoveryTimes, md.RecoveredAt.Sub(byNumber[md.OriginalNumber].ExpiresAt))
 		}
 	}
 	rep.numbers = len(ledger)
 	rep.matches = model.equal(replay(p.events))
-	rep.invariants = []string{
-		"I1 dense: numbers 1.." + fmt.Sprint(len(ledger)) + ", no hole, no duplicate",
-		"I2 every number resolved exactly once (committed or gap)",
-		"I3 every late commit of a stalled worker refused",
-		"I4 commits in sequence order (the barrier, checked by the store)",
-		"I5 the projector read strictly increasing numbers, never past the watermark",
-		"exactly once: every event applied once, none twice (" + fmt.Sprint(p.n.duplicates.Load()) + " duplicates)",
+	if err := ar.Err(); err != nil {
+		return rep, err
 	}
 	if p.n.duplicates.Load() > 0 {
 		return rep, fmt.Errorf("%d events applied twice", p.n.duplicates.Load())
 	}
 	if p.n.lateRefused.Load() != p.n.stalled.Load() {
 		return rep, fmt.Errorf("%d stalled workers, but only %d late commits refused", p.n.stalled.Load(), p.n.lateRefused.Load())
+	}
+	if rep.committed != len(p.events) {
+		return rep, fmt.Errorf("%d events, %d committed entries", len(p.events), rep.committed)
 	}
 	if !rep.matches {
 		return rep, fmt.Errorf("the read model does not match the sequential replay")
@@ -111,14 +118,19 @@ func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Dura
 }
 
 func (r *report) print(w io.Writer) {
-	fmt.Fprintf(w, "\n%d events, %d workers, %s backend, %v (%.0f events/s)\n",
-		r.events, r.workers, r.backend, r.elapsed.Round(time.Millisecond), float64(r.events)/r.elapsed.Seconds())
+	procs := ""
+	if r.procs > 1 {
+		procs = fmt.Sprintf(" in each of %d processes", r.procs)
+	}
+	fmt.Fprintf(w, "\n%d events, %d workers%s, %s backend, %v (%.0f events/s)\n",
+		r.events, r.workers, procs, r.backend, r.elapsed.Round(time.Millisecond), float64(r.events)/r.elapsed.Seconds())
 	fmt.Fprintf(w, "numbers handed out       %d\n", r.numbers)
 	fmt.Fprintf(w, "committed                %d (by workers %d, recovered %d)\n", r.committed, r.n.committed.Load(), r.n.recovered.Load())
 	fmt.Fprintf(w, "faults injected          %d stalled, %d crashed, %d crashed with partial work, %d crashed with a result\n",
 		r.n.stalled.Load(), r.n.crashed.Load(), r.n.partial.Load(), r.n.retried.Load())
 	fmt.Fprintf(w, "late commits refused     %d\n", r.n.lateRefused.Load())
-	fmt.Fprintf(w, "recoveries by method     partial-work %d, retry %d\n", r.recoveredBy[recovery.MethodPartialWork], r.recoveredBy[recovery.MethodRetry])
+	fmt.Fprintf(w, "recoveries by method     partial-work %d, retry %d, gap (nothing to recover) %d\n",
+		r.recoveredBy[recovery.MethodPartialWork], r.recoveredBy[recovery.MethodRetry], r.gapsBy[store.ReasonExpired])
 	fmt.Fprintf(w, "gaps by reason           expired %d, recovered %d, released %d\n",
 		r.gapsBy[store.ReasonExpired], r.gapsBy[store.ReasonRecovered], r.gapsBy[store.ReasonReleased])
 	fmt.Fprintf(w, "events redelivered       %d\n", r.n.redelivered.Load())
@@ -131,9 +143,24 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "time to recover          mean %v, worst %v after expiry\n",
 			(sum / time.Duration(len(r.recoveryTimes))).Round(time.Millisecond), worst.Round(time.Millisecond))
 	}
-	for _, inv := range r.invariants {
-		fmt.Fprintf(w, "checked                  %s\n", inv)
+	if r.procs > 1 {
+		owners := slices.Sorted(maps.Keys(r.owners))
+		parts := make([]string, len(owners))
+		for i, o := range owners {
+			parts[i] = fmt.Sprintf("%s %d", o, r.owners[o])
+		}
+		fmt.Fprintf(w, "numbers leased by        %s\n", strings.Join(parts, ", "))
 	}
+	if r.audit != nil {
+		for _, c := range r.audit.Checks {
+			fmt.Fprintf(w, "checked                  %s\n", c)
+		}
+		for _, v := range r.audit.Violations {
+			fmt.Fprintf(w, "VIOLATION                %s\n", v)
+		}
+	}
+	fmt.Fprintf(w, "checked                  I3 every late commit of a stalled worker refused (%d of %d)\n", r.n.lateRefused.Load(), r.n.stalled.Load())
+	fmt.Fprintf(w, "checked                  exactly once: every event applied once (%d duplicates)\n", r.n.duplicates.Load())
 	if r.matches {
 		fmt.Fprintln(w, "read model matches sequential replay")
 	} else {

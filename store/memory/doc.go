@@ -6,12 +6,20 @@
 // # Layout
 //
 // Streams live in a sync.Map, so looking one up takes no lock shared between
-// streams. Each stream has its own mutex guarding a slice of entries indexed
-// by number minus the retention low point: numbers are dense, so the slice
-// is the whole retained ledger, and leasing is an append. A cursor, the first
+// streams. Each stream has its own mutex guarding its ledger: the retained
+// entries in fixed-size chunks indexed by number (numbers are dense, so
+// number n is slot n-base), so leasing appends without ever copying what is
+// already there and a trim drops whole chunks. A cursor, the first
 // unresolved number, only moves forward over resolved entries; the watermark
 // is that cursor minus one, and advancing it costs amortised O(1) per
-// resolution.
+// resolution. A count of open gaps is kept as gaps are made, filled and
+// trimmed, so counting them reads no entry.
+//
+// Named leases (namedlease.go) follow the same rule: each name has a row
+// with a mutex of its own; the indexes of live holdings and the audit
+// history have short critical sections of their own. The history is kept in
+// record order plus an index by time, so a retention trim costs what it
+// deletes.
 //
 // # Watching
 //

@@ -41,15 +41,22 @@ func New(cfg *Config) *Store {
 
 type stream struct {
 	mu sync.Mutex
-	// entries holds the retained ledger: entries[i] has number low+i. low
-	// starts at 1 and only Trim raises it.
-	entries []store.Entry
-	low     int64
+	ledger
 	// firstUnresolved is the smallest number that may be unresolved: every
 	// entry below it is resolved. The watermark is firstUnresolved-1.
 	firstUnresolved int64
 	unresolved      int64
+	gaps            int64 // open gaps among the retained entries
 }
+
+func newStream() *stream { return &stream{ledger: newLedger(), firstUnresolved: 1} }
+
+// Local reports that the store answers in process, without a round trip,
+// and tells its watchers of every resolution before the call that made it
+// returns: the sequence Leaser then neither coalesces leases nor groups
+// commits (they only save round trips), nor reports its own resolutions to
+// the barrier a second time.
+func (s *Store) Local() bool { return true }
 
 func (s *Store) clock(pinned *time.Time) time.Time {
 	if pinned != nil {
@@ -68,18 +75,11 @@ func (s *Store) stream(name string) (*stream, error) {
 
 // entry returns the entry of number, or ErrNotFound. st.mu must be held.
 func (st *stream) entry(number int64) (*store.Entry, error) {
-	if number < st.low || number > st.last() {
+	if number < st.low || number > st.last {
 		return nil, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
 	}
 	return st.at(number), nil
 }
-
-// last returns the highest number handed out (N). st.mu must be held.
-func (st *stream) last() int64 { return st.low - 1 + int64(len(st.entries)) }
-
-// at returns the retained entry of number n, low <= n <= last().
-// st.mu must be held.
-func (st *stream) at(n int64) *store.Entry { return &st.entries[n-st.low] }
 
 // resolve marks e resolved at t, advances the watermark cursor and tells
 // the watchers. st.mu must be held, so watchers hear of one stream's
@@ -88,7 +88,10 @@ func (s *Store) resolve(name string, st *stream, e *store.Entry, state store.Sta
 	e.State = state
 	e.ResolvedAt = t
 	st.unresolved--
-	for st.firstUnresolved <= st.last() && st.at(st.firstUnresolved).State.Resolved() {
+	if state == store.Gap {
+		st.gaps++
+	}
+	for st.firstUnresolved <= st.last && st.at(st.firstUnresolved).State.Resolved() {
 		st.firstUnresolved++
 	}
 	s.notify(name, e.Number)
@@ -107,28 +110,33 @@ func (s *Store) Lease(ctx context.Context, name string, reqs []store.LeaseReques
 	if p != nil {
 		owner, pinned = p.Owner, p.Now
 	}
-	v, _ := s.streams.LoadOrStore(name, &stream{low: 1, firstUnresolved: 1})
+	v, ok := s.streams.Load(name)
+	if !ok {
+		v, _ = s.streams.LoadOrStore(name, newStream())
+	}
 	st := v.(*stream)
 
+	out := make([]store.Entry, len(reqs))
+	for i := range out {
+		out[i].Token = store.NewToken() // outside the lock: it reads randomness
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	now := s.clock(pinned)
-	base := st.last()
-	out := make([]store.Entry, len(reqs))
 	for i, r := range reqs {
 		out[i] = store.Entry{
 			Stream:      name,
-			Number:      base + int64(i) + 1,
+			Number:      st.last + 1,
 			State:       store.Leased,
-			Token:       store.NewToken(),
+			Token:       out[i].Token,
 			Owner:       owner,
 			OperationID: r.OperationID,
 			Kind:        r.Kind,
 			LeasedAt:    now,
 			ExpiresAt:   now.Add(r.TTL.Truncate(time.Microsecond)), // microseconds, like PostgreSQL
 		}
+		st.add(out[i])
 	}
-	st.entries = append(st.entries, out...)
 	st.unresolved += int64(len(out))
 	return out, nil
 }
@@ -315,8 +323,16 @@ func (s *Store) RecoverExpired(ctx context.Context, name string, number int64, p
 		return 0, fmt.Errorf("recover expired: %w", err)
 	}
 	defer st.mu.Unlock()
-	moved := st.last() + 1
-	st.entries = append(st.entries, store.Entry{
+	return s.moveLocked(name, st, old.Number, now, p), nil
+}
+
+// moveLocked appends a committed entry carrying p.Payload and turns the
+// leased, expired entry number into a gap pointing at it. It returns the new
+// number. st.mu must be held.
+func (s *Store) moveLocked(name string, st *stream, number int64, now time.Time, p *store.RecoverParams) int64 {
+	old := st.at(number)
+	moved := st.last + 1
+	st.add(store.Entry{
 		Stream:        name,
 		Number:        moved,
 		State:         store.Leased, // resolved just below
@@ -331,12 +347,54 @@ func (s *Store) RecoverExpired(ctx context.Context, name string, number int64, p
 		RecoveryType:  p.RecoveryType,
 	})
 	st.unresolved++
-	old = st.at(number) // the append may have moved the ledger
 	old.GapReason = cmp.Or(p.Reason, store.ReasonRecovered)
 	old.RecoveredAs = moved
 	s.resolve(name, st, old, store.Gap, now)
 	s.resolve(name, st, st.at(moved), store.Committed, now)
-	return moved, nil
+	return moved
+}
+
+// RecoverExpiredBatch implements the storage contract's RecoverExpiredBatch:
+// under the stream's lock, each item's expired entry moves to the next
+// number, in item order.
+func (s *Store) RecoverExpiredBatch(ctx context.Context, name string, items []store.RecoverItem, p *store.RecoverBatchParams) ([]store.RecoverResult, error) {
+	if p == nil {
+		p = &store.RecoverBatchParams{}
+	}
+	if err := store.ValidateRecoverBatch(name, items, p); err != nil {
+		return nil, fmt.Errorf("recover expired batch: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("recover expired batch: %w", err)
+	}
+	out := make([]store.RecoverResult, len(items))
+	st, err := s.stream(name)
+	if err != nil {
+		for i, it := range items {
+			out[i].Err = fmt.Errorf("%w: number %d", store.ErrNotFound, it.Number)
+		}
+		return out, nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := s.clock(p.Now)
+	for i, it := range items {
+		e, err := st.entry(it.Number)
+		switch {
+		case err != nil:
+		case e.State != store.Leased:
+			err = resolvedErr(e)
+		case now.Before(e.ExpiresAt):
+			err = store.ErrNotExpired
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Moved = s.moveLocked(name, st, it.Number, now, &store.RecoverParams{
+			Payload: it.Payload, RecoveryType: it.RecoveryType, Reason: p.Reason, Owner: p.Owner})
+	}
+	return out, nil
 }
 
 // expired returns the locked stream and the leased, expired entry number
@@ -415,7 +473,7 @@ func (s *Store) ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]
 func (st *stream) expired(out []store.Entry, name string, after int64, now time.Time, limit int) []store.Entry {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for n := max(after+1, st.firstUnresolved); n <= st.last() && len(out) < limit; n++ {
+	for n := max(after+1, st.firstUnresolved); n <= st.last && len(out) < limit; n++ {
 		e := st.at(n)
 		if e.State == store.Leased && !now.Before(e.ExpiresAt) {
 			out = append(out, *e)
@@ -442,13 +500,9 @@ func (s *Store) Read(ctx context.Context, name string, after int64, limit int) (
 	if after+1 < st.low {
 		return nil, fmt.Errorf("read: %w", &store.TrimmedError{Stream: name, LowPoint: st.low})
 	}
-	from := min(after+1, st.last()+1)
-	to := min(from+int64(limit), st.last()+1)
-	out := slices.Clone(st.entries[from-st.low : to-st.low])
-	for i := range out {
-		out[i].Payload = slices.Clone(out[i].Payload)
-	}
-	return out, nil
+	from := min(after+1, st.last+1)
+	to := min(from+int64(limit), st.last+1)
+	return st.clone(from, to), nil
 }
 
 // Stats implements the storage contract's Stats.
@@ -467,7 +521,7 @@ func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, erro
 	defer st.mu.Unlock()
 	stats := store.StreamStats{
 		Stream:     name,
-		NextNumber: st.last() + 1,
+		NextNumber: st.last + 1,
 		Watermark:  st.firstUnresolved - 1,
 		Unresolved: st.unresolved,
 		LowPoint:   st.low,

@@ -5,48 +5,99 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/seqlease/seqlease/store"
 )
 
-// namedLeases holds the named leases of a Store. One mutex guards them all:
-// every operation is a few map operations, and ForceReleaseLeases,
-// CleanupExpiredLeases and the history need a view across names. Sinks are
-// called after the mutex is released.
+// namedLeases holds the named leases of a Store. Each name has a row with a
+// mutex of its own, so operations on different names do not wait for one
+// another; the live-holding indexes (by name, by owner) and the history have
+// short critical sections of their own, taken while a row's mutex is held
+// (row, then index or history; never two rows at once). Operations across
+// names (ForceReleaseLeases, CleanupExpiredLeases, ListLeases) take a
+// snapshot of the index, then visit the rows one at a time. Sinks are
+// called after every mutex is released.
 type namedLeases struct {
-	mu      sync.Mutex
-	rows    map[string]*store.NamedLease   // every name ever acquired; AsOf unused
+	rows sync.Map // name -> *nameRow: every name ever acquired
+
+	idxMu   sync.Mutex
 	live    map[string]struct{}            // names whose holding has not ended
 	byOwner map[string]map[string]struct{} // owner -> its names not ended
-	history []store.LeaseEvent             // in ID order
+
+	histMu  sync.Mutex
+	history []*histEvent // the retained events in ID order; trimmed ones are gone
+	byAt    []*histEvent // the retained events in (At, ID) order: the trim order
 	nextID  int64
 
 	sinkMu sync.Mutex
 	sinks  []store.LeaseSink // copy on write under sinkMu
 }
 
-// init makes the maps. n.mu must be held.
-func (n *namedLeases) init() {
-	if n.rows == nil {
-		n.rows = map[string]*store.NamedLease{}
+// nameRow is the current or last holding of a name.
+type nameRow struct {
+	mu sync.Mutex
+	l  *store.NamedLease // nil until the first acquire succeeds; AsOf unused
+}
+
+// histEvent is a retained event of the history.
+type histEvent struct {
+	store.LeaseEvent
+	gone bool // trimmed; cut off once the events before it are
+}
+
+// row returns the row of name, created if need be.
+func (n *namedLeases) row(name string) *nameRow {
+	if r, ok := n.rows.Load(name); ok {
+		return r.(*nameRow)
+	}
+	r, _ := n.rows.LoadOrStore(name, &nameRow{})
+	return r.(*nameRow)
+}
+
+// lookup returns the holding of name with its row locked, or nil (and no
+// lock) if the name was never acquired. The caller unlocks r.
+func (n *namedLeases) lookup(name string) (r *nameRow, l *store.NamedLease) {
+	v, ok := n.rows.Load(name)
+	if !ok {
+		return nil, nil
+	}
+	r = v.(*nameRow)
+	r.mu.Lock()
+	if r.l == nil {
+		r.mu.Unlock()
+		return nil, nil
+	}
+	return r, r.l
+}
+
+// record appends an event to the history. The row's mutex must be held, so
+// that the events of a holding are recorded in the order they happened.
+func (n *namedLeases) record(l *store.NamedLease, kind store.LeaseEventKind, at time.Time) {
+	n.histMu.Lock()
+	defer n.histMu.Unlock()
+	n.nextID++
+	e := &histEvent{LeaseEvent: store.LeaseEvent{
+		ID: n.nextID, Name: l.Name, Owner: l.Owner, Fence: l.Fence, Kind: kind, At: at, ExpiresAt: l.ExpiresAt,
+	}}
+	n.history = append(n.history, e)
+	// Events mostly come in time order, so this is mostly an append; an
+	// expiry is recorded at its expiry instant, a little in the past.
+	i := sort.Search(len(n.byAt), func(j int) bool { return n.byAt[j].At.After(at) })
+	n.byAt = slices.Insert(n.byAt, i, e)
+}
+
+// begin makes l the live holding of r. r's mutex must be held.
+func (n *namedLeases) begin(r *nameRow, l *store.NamedLease) {
+	r.l = l
+	n.idxMu.Lock()
+	defer n.idxMu.Unlock()
+	if n.live == nil {
 		n.live = map[string]struct{}{}
 		n.byOwner = map[string]map[string]struct{}{}
 	}
-}
-
-// record appends an event to the history. n.mu must be held.
-func (n *namedLeases) record(l *store.NamedLease, kind store.LeaseEventKind, at time.Time) {
-	n.nextID++
-	n.history = append(n.history, store.LeaseEvent{
-		ID: n.nextID, Name: l.Name, Owner: l.Owner, Fence: l.Fence, Kind: kind, At: at, ExpiresAt: l.ExpiresAt,
-	})
-}
-
-// begin makes l a live holding. n.mu must be held.
-func (n *namedLeases) begin(l *store.NamedLease) {
-	n.rows[l.Name] = l
 	n.live[l.Name] = struct{}{}
 	names := n.byOwner[l.Owner]
 	if names == nil {
@@ -56,9 +107,11 @@ func (n *namedLeases) begin(l *store.NamedLease) {
 	names[l.Name] = struct{}{}
 }
 
-// end ends the live holding l at t for reason. n.mu must be held.
+// end ends the live holding l at t for reason. Its row's mutex must be held.
 func (n *namedLeases) end(l *store.NamedLease, reason store.LeaseEventKind, t time.Time) {
 	l.EndedAt, l.EndReason = t, reason
+	n.idxMu.Lock()
+	defer n.idxMu.Unlock()
 	delete(n.live, l.Name)
 	if names := n.byOwner[l.Owner]; names != nil {
 		delete(names, l.Name)
@@ -68,14 +121,31 @@ func (n *namedLeases) end(l *store.NamedLease, reason store.LeaseEventKind, t ti
 	}
 }
 
+// snapshotNames returns the names of live holdings (of owner, if not
+// empty), sorted.
+func (n *namedLeases) snapshotNames(owner string) []string {
+	n.idxMu.Lock()
+	names := n.live
+	if owner != "" {
+		names = n.byOwner[owner]
+	}
+	keys := make([]string, 0, len(names))
+	for k := range names {
+		keys = append(keys, k)
+	}
+	n.idxMu.Unlock()
+	slices.Sort(keys)
+	return keys
+}
+
 func (n *namedLeases) loadSinks() []store.LeaseSink {
 	n.sinkMu.Lock()
 	defer n.sinkMu.Unlock()
 	return n.sinks
 }
 
-// freed tells the watchers that the holdings of names ended. n.mu must not
-// be held.
+// freed tells the watchers that the holdings of names ended. No mutex of n
+// may be held.
 func (n *namedLeases) freed(names ...string) {
 	sinks := n.loadSinks()
 	for _, name := range names {
@@ -102,11 +172,11 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.A
 		return store.NamedLease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	n := &s.named
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.init()
+	r := n.row(name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	now := s.clock(p.Now)
-	prev := n.rows[name]
+	prev := r.l
 	fence := int64(1)
 	if prev != nil {
 		if prev.EndedAt.IsZero() && now.Before(prev.ExpiresAt) {
@@ -125,29 +195,35 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.A
 		Name: name, Owner: owner, Fence: fence, AcquiredAt: now, RenewedAt: now,
 		ExpiresAt: now.Add(p.TTL.Truncate(time.Microsecond)), MaxRenewals: p.MaxRenewals,
 	}
-	n.begin(l)
+	n.begin(r, l)
 	if !p.NoHistory {
 		n.record(l, store.LeaseAcquired, now)
 	}
 	return snapshotLease(l, now), nil
 }
 
-// holding returns the row of (name, owner, fence) or why it is not the
-// caller's. n.mu must be held. superseded reports a fence below the
-// current one: the caller's holding ended and a newer one began.
-func (n *namedLeases) holding(name, owner string, fence int64) (l *store.NamedLease, superseded bool, err error) {
-	l = n.rows[name]
+// holding returns the holding (name, owner, fence) with its row locked, or
+// why it is not the caller's (and no lock). superseded reports a fence
+// below the current one: the caller's holding ended and a newer one began.
+// The caller unlocks r.
+func (n *namedLeases) holding(name, owner string, fence int64) (r *nameRow, l *store.NamedLease, superseded bool, err error) {
+	r, l = n.lookup(name)
 	switch {
 	case l == nil:
-		return nil, false, fmt.Errorf("%w: %w: %q", store.ErrNotHolder, store.ErrLeaseNotFound, name)
+		return nil, nil, false, fmt.Errorf("%w: %w: %q", store.ErrNotHolder, store.ErrLeaseNotFound, name)
 	case fence < l.Fence:
-		return nil, true, fmt.Errorf("%w: fence %d was superseded by %d", store.ErrNotHolder, fence, l.Fence)
+		err = fmt.Errorf("%w: fence %d was superseded by %d", store.ErrNotHolder, fence, l.Fence)
+		superseded = true
 	case fence > l.Fence:
-		return nil, false, fmt.Errorf("%w: fence %d was never issued", store.ErrNotHolder, fence)
+		err = fmt.Errorf("%w: fence %d was never issued", store.ErrNotHolder, fence)
 	case owner != l.Owner:
-		return nil, false, fmt.Errorf("%w: held by another owner", store.ErrNotHolder)
+		err = fmt.Errorf("%w: held by another owner", store.ErrNotHolder)
 	}
-	return l, false, nil
+	if err != nil {
+		r.mu.Unlock()
+		return nil, nil, superseded, err
+	}
+	return r, l, false, nil
 }
 
 // RenewLease moves the expiry of a live holding to now + p.TTL and counts a
@@ -160,13 +236,13 @@ func (s *Store) RenewLease(ctx context.Context, name, owner string, fence int64,
 		return store.NamedLease{}, fmt.Errorf("renew lease: %w", err)
 	}
 	n := &s.named
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.init()
+	r, l, _, err := n.holding(name, owner, fence)
+	if err != nil {
+		return store.NamedLease{}, fmt.Errorf("renew lease: %w", err)
+	}
+	defer r.mu.Unlock()
 	now := s.clock(p.Now)
-	l, _, err := n.holding(name, owner, fence)
 	switch {
-	case err != nil:
 	case !l.EndedAt.IsZero():
 		err = store.EndError(l.EndReason)
 	case !now.Before(l.ExpiresAt):
@@ -200,29 +276,27 @@ func (s *Store) ReleaseLease(ctx context.Context, name, owner string, fence int6
 		return fmt.Errorf("release lease: %w", err)
 	}
 	n := &s.named
-	n.mu.Lock()
-	n.init()
-	now := s.clock(p.Now)
-	l, superseded, err := n.holding(name, owner, fence)
+	r, l, superseded, err := n.holding(name, owner, fence)
 	switch {
 	case superseded:
-		n.mu.Unlock()
 		return nil
 	case err != nil:
-		n.mu.Unlock()
 		return fmt.Errorf("release lease: %w", err)
+	}
+	now := s.clock(p.Now)
+	switch {
 	case l.EndReason == store.LeaseReleased:
-		n.mu.Unlock()
+		r.mu.Unlock()
 		return fmt.Errorf("release lease: %w", store.ErrReleased)
 	case !l.EndedAt.IsZero():
-		n.mu.Unlock()
+		r.mu.Unlock()
 		return nil
 	}
 	n.end(l, store.LeaseReleased, now)
 	if !p.NoHistory {
 		n.record(l, store.LeaseReleased, now)
 	}
-	n.mu.Unlock()
+	r.mu.Unlock()
 	n.freed(name)
 	return nil
 }
@@ -240,24 +314,26 @@ func (s *Store) ForceReleaseLeases(ctx context.Context, owner string, p *store.L
 		return nil, fmt.Errorf("force release leases: %w", err)
 	}
 	n := &s.named
-	n.mu.Lock()
-	n.init()
-	now := s.clock(p.Now)
 	var out []store.NamedLease
 	var names []string
-	for _, name := range sortedKeys(n.byOwner[owner]) {
-		l := n.rows[name]
-		if !now.Before(l.ExpiresAt) {
-			continue // expired: CleanupExpiredLeases or the next acquire marks it
+	for _, name := range n.snapshotNames(owner) {
+		r, l := n.lookup(name)
+		if l == nil {
+			continue
 		}
-		n.end(l, store.LeaseForceReleased, now)
-		if !p.NoHistory {
-			n.record(l, store.LeaseForceReleased, now)
+		now := s.clock(p.Now) // after the row's lock: the holding may be newer than the snapshot
+		// Still owner's, not ended, and unexpired (an expired holding is
+		// left to CleanupExpiredLeases or the next acquire).
+		if l.Owner == owner && l.EndedAt.IsZero() && now.Before(l.ExpiresAt) {
+			n.end(l, store.LeaseForceReleased, now)
+			if !p.NoHistory {
+				n.record(l, store.LeaseForceReleased, now)
+			}
+			out = append(out, snapshotLease(l, now))
+			names = append(names, name)
 		}
-		out = append(out, snapshotLease(l, now))
-		names = append(names, name)
+		r.mu.Unlock()
 	}
-	n.mu.Unlock()
 	n.freed(names...)
 	return out, nil
 }
@@ -276,30 +352,43 @@ func (s *Store) CleanupExpiredLeases(ctx context.Context, p *store.CleanupLeases
 		return 0, fmt.Errorf("cleanup expired leases: %w", err)
 	}
 	n := &s.named
-	n.mu.Lock()
-	n.init()
 	now := s.clock(p.Now)
-	var expired []*store.NamedLease
-	for name := range n.live {
-		if l := n.rows[name]; !now.Before(l.ExpiresAt) {
-			expired = append(expired, l)
-		}
+	type candidate struct {
+		name     string
+		fence    int64
+		acquired time.Time
 	}
-	slices.SortFunc(expired, func(a, b *store.NamedLease) int {
-		return cmp.Or(a.AcquiredAt.Compare(b.AcquiredAt), cmp.Compare(a.Name, b.Name))
+	var expired []candidate
+	for _, name := range n.snapshotNames("") {
+		r, l := n.lookup(name)
+		if l == nil {
+			continue
+		}
+		if l.EndedAt.IsZero() && !now.Before(l.ExpiresAt) {
+			expired = append(expired, candidate{name, l.Fence, l.AcquiredAt})
+		}
+		r.mu.Unlock()
+	}
+	slices.SortFunc(expired, func(a, b candidate) int {
+		return cmp.Or(a.acquired.Compare(b.acquired), cmp.Compare(a.name, b.name))
 	})
-	expired = expired[:min(len(expired), limit)]
-	names := make([]string, len(expired))
-	for i, l := range expired {
-		if !p.NoHistory {
-			n.record(l, store.LeaseExpired, l.ExpiresAt)
+	names := make([]string, 0, min(len(expired), limit))
+	for _, c := range expired[:min(len(expired), limit)] {
+		r, l := n.lookup(c.name)
+		if l == nil {
+			continue
 		}
-		n.end(l, store.LeaseExpired, now)
-		names[i] = l.Name
+		if l.Fence == c.fence && l.EndedAt.IsZero() && !now.Before(l.ExpiresAt) { // unchanged meanwhile
+			if !p.NoHistory {
+				n.record(l, store.LeaseExpired, l.ExpiresAt)
+			}
+			n.end(l, store.LeaseExpired, now)
+			names = append(names, c.name)
+		}
+		r.mu.Unlock()
 	}
-	n.mu.Unlock()
 	n.freed(names...)
-	return len(expired), nil
+	return len(names), nil
 }
 
 // GetLease returns the current or last holding of name; store.ErrLeaseNotFound
@@ -314,15 +403,12 @@ func (s *Store) GetLease(ctx context.Context, name string, p *store.LeaseOpParam
 	if err := ctx.Err(); err != nil {
 		return store.NamedLease{}, fmt.Errorf("get lease: %w", err)
 	}
-	n := &s.named
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	now := s.clock(p.Now)
-	l := n.rows[name]
+	r, l := s.named.lookup(name)
 	if l == nil {
 		return store.NamedLease{}, fmt.Errorf("get lease: %w: %q", store.ErrLeaseNotFound, name)
 	}
-	return snapshotLease(l, now), nil
+	defer r.mu.Unlock()
+	return snapshotLease(l, s.clock(p.Now)), nil
 }
 
 // CheckLeaseFence reports whether fence is the live holding of name: nil, or
@@ -340,15 +426,12 @@ func (s *Store) CheckLeaseFence(ctx context.Context, name string, fence int64, p
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("check fence: %w", err)
 	}
-	n := &s.named
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	now := s.clock(p.Now)
-	l := n.rows[name]
+	r, l := s.named.lookup(name)
 	if l == nil {
 		return &store.FenceError{Name: name, Fence: fence, Reason: "not found"}
 	}
-	return store.FenceVerdict(name, fence, l.Fence, l.EndReason, now.Before(l.ExpiresAt))
+	defer r.mu.Unlock()
+	return store.FenceVerdict(name, fence, l.Fence, l.EndReason, s.clock(p.Now).Before(l.ExpiresAt))
 }
 
 // ListLeases returns the live holdings (not ended, unexpired at now) that p
@@ -365,21 +448,23 @@ func (s *Store) ListLeases(ctx context.Context, p *store.ListLeasesParams) ([]st
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	n := &s.named
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	now := s.clock(p.Now)
-	names := n.live
-	if p.Owner != "" {
-		names = n.byOwner[p.Owner]
-	}
+	names := n.snapshotNames(p.Owner)
+	i, _ := slices.BinarySearch(names, p.AfterName)
 	var out []store.NamedLease
-	for _, name := range sortedKeys(names) {
-		l := n.rows[name]
-		if name <= p.AfterName || !now.Before(l.ExpiresAt) ||
-			(p.HeldFor > 0 && l.AcquiredAt.After(now.Add(-p.HeldFor))) {
+	for _, name := range names[i:] {
+		if name <= p.AfterName {
 			continue
 		}
-		out = append(out, snapshotLease(l, now))
+		r, l := n.lookup(name)
+		if l == nil {
+			continue
+		}
+		if l.EndedAt.IsZero() && now.Before(l.ExpiresAt) && (p.Owner == "" || l.Owner == p.Owner) &&
+			(p.HeldFor <= 0 || !l.AcquiredAt.After(now.Add(-p.HeldFor))) {
+			out = append(out, snapshotLease(l, now))
+		}
+		r.mu.Unlock()
 		if len(out) == limit {
 			break
 		}
@@ -406,13 +491,13 @@ func (s *Store) LeaseHistory(ctx context.Context, name string, p *store.LeaseHis
 		return nil, fmt.Errorf("lease history: %w", err)
 	}
 	n := &s.named
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(n.history, p.AfterID+1, func(e store.LeaseEvent, id int64) int { return cmp.Compare(e.ID, id) })
+	n.histMu.Lock()
+	defer n.histMu.Unlock()
+	i, _ := slices.BinarySearchFunc(n.history, p.AfterID+1, func(e *histEvent, id int64) int { return cmp.Compare(e.ID, id) })
 	var out []store.LeaseEvent
 	for _, e := range n.history[i:] {
-		if name == "" || e.Name == name {
-			out = append(out, e)
+		if !e.gone && (name == "" || e.Name == name) {
+			out = append(out, e.LeaseEvent)
 			if len(out) == limit {
 				break
 			}
@@ -422,7 +507,9 @@ func (s *Store) LeaseHistory(ctx context.Context, name string, p *store.LeaseHis
 }
 
 // TrimLeaseHistory deletes up to limit events (0: store.DefaultListLimit)
-// that happened before before, oldest first, and returns how many.
+// that happened before before, oldest first, and returns how many. It costs
+// what it deletes, not what is kept: the oldest events are a prefix of the
+// time-ordered index.
 func (s *Store) TrimLeaseHistory(ctx context.Context, before time.Time, limit int) (int64, error) {
 	limit, err := store.ListLimit(limit)
 	if err != nil {
@@ -432,26 +519,22 @@ func (s *Store) TrimLeaseHistory(ctx context.Context, before time.Time, limit in
 		return 0, fmt.Errorf("trim lease history: %w", err)
 	}
 	n := &s.named
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var old []store.LeaseEvent
-	for _, e := range n.history {
-		if e.At.Before(before) {
-			old = append(old, e)
-		}
+	n.histMu.Lock()
+	defer n.histMu.Unlock()
+	k := 0
+	for k < len(n.byAt) && k < limit && n.byAt[k].At.Before(before) {
+		n.byAt[k].gone = true
+		n.byAt[k] = nil
+		k++
 	}
-	// Oldest first, as PostgreSQL's batches go.
-	slices.SortStableFunc(old, func(a, b store.LeaseEvent) int { return a.At.Compare(b.At) })
-	old = old[:min(len(old), limit)]
-	drop := make(map[int64]struct{}, len(old))
-	for _, e := range old {
-		drop[e.ID] = struct{}{}
+	n.byAt = n.byAt[k:]
+	j := 0
+	for j < len(n.history) && n.history[j].gone {
+		n.history[j] = nil
+		j++
 	}
-	n.history = slices.DeleteFunc(n.history, func(e store.LeaseEvent) bool {
-		_, ok := drop[e.ID]
-		return ok
-	})
-	return int64(len(old)), nil
+	n.history = n.history[j:]
+	return int64(k), nil
 }
 
 // WatchLeases reports the ends of holdings and the waiters' announcements to
@@ -476,28 +559,18 @@ func (s *Store) WatchLeases(ctx context.Context, sink store.LeaseSink) error {
 	return ctx.Err()
 }
 
-// AnnounceLeaseWaiter tells every watcher that waiter waits for name.
-func (s *Store) AnnounceLeaseWaiter(ctx context.Context, name, waiter string) error {
-	if err := store.ValidateLeaseName(name); err != nil {
-		return fmt.Errorf("announce lease waiter: %w", err)
-	}
-	if err := store.ValidateLeaseOwner(waiter); err != nil {
+// AnnounceLeaseWaiter tells every watcher that w.Waiter waits for w.Name
+// (or withdraws, when w.Since is zero).
+func (s *Store) AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) error {
+	if err := store.ValidateLeaseWaiter(w); err != nil {
 		return fmt.Errorf("announce lease waiter: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("announce lease waiter: %w", err)
 	}
+	w.Since = store.Micro(w.Since)
 	for _, sink := range s.named.loadSinks() {
-		sink.Wanted(name, waiter)
+		sink.Wanted(w)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]struct{}) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

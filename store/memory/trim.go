@@ -13,10 +13,7 @@ import (
 // cursor is past it.
 //
 // The dropped entries are cleared, so their payloads can be collected at
-// once. When the prefix is at least as long as what remains, the rest is
-// copied to a new slice so the old backing array goes too; otherwise the
-// ledger is re-sliced and the next growth of the slice by Lease lets the
-// prefix go. The copy costs no more than what it frees, so it is amortised
+// once, and the ledger's chunks wholly below the bound go (ledger.trim):
 // O(1) per trimmed entry.
 func (s *Store) Trim(ctx context.Context, name string, below int64) (int64, error) {
 	if err := store.ValidateTrim(name, below); err != nil {
@@ -35,13 +32,6 @@ func (s *Store) Trim(ctx context.Context, name string, below int64) (int64, erro
 	if bound <= st.low {
 		return st.low, nil
 	}
-	cut := int(bound - st.low)
-	clear(st.entries[:cut])
-	if rest := st.entries[cut:]; cut >= len(rest) {
-		st.entries = append(make([]store.Entry, 0, len(rest)), rest...)
-	} else {
-		st.entries = rest
-	}
-	st.low = bound
+	st.gaps -= st.trim(bound)
 	return st.low, nil
 }

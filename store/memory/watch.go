@@ -69,8 +69,8 @@ func (s *Store) Snapshot(ctx context.Context, name string, limit int) (store.Sna
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	snap := store.Snapshot{Watermark: st.firstUnresolved - 1, Known: st.last()}
-	for n := st.firstUnresolved; n <= st.last(); n++ {
+	snap := store.Snapshot{Watermark: st.firstUnresolved - 1, Known: st.last}
+	for n := st.firstUnresolved; n <= st.last; n++ {
 		if st.at(n).State == store.Leased {
 			snap.Unresolved = append(snap.Unresolved, n)
 			if len(snap.Unresolved) == limit { // cut: describe up to here, as PostgreSQL does
@@ -106,11 +106,7 @@ func (s *Store) ReadResolved(ctx context.Context, name string, after int64, limi
 	if to <= from {
 		return nil, nil
 	}
-	out := slices.Clone(st.entries[from-st.low : to-st.low])
-	for i := range out {
-		out[i].Payload = slices.Clone(out[i].Payload)
-	}
-	return out, nil
+	return st.clone(from, to), nil
 }
 
 // Watch delivers every resolution to sink until ctx ends, synchronously from

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,9 +27,13 @@ import (
 // the row, take a transaction id and flush a commit record).
 //
 // Ends of holdings are announced on the schema's NOTIFY channel, the one the
-// barrier listens to, with the payload "l<TAB>name"; waiters that lost a race
-// announce themselves with "w<TAB>name<TAB>waiter". Both are ignored by
-// listeners of resolutions, whose payloads start with "r".
+// barrier listens to, with the payload "l<TAB>name"; blocked acquires
+// announce themselves with "w<TAB>name<TAB>waiter<TAB>since<TAB>fence"
+// (since in Unix microseconds by the database's clock, 0 to withdraw). Names
+// and owners hold no control characters, so the tabs are unambiguous. Both
+// are ignored by listeners of resolutions, whose payloads start with "r".
+// A NOTIFY takes a transaction id, but a transaction that wrote nothing else
+// commits without waiting for a WAL flush.
 
 // leaseQueries are the named-lease statements of one schema.
 type leaseQueries struct {
@@ -195,7 +200,7 @@ WHERE name = $3 AND id > $1 ORDER BY id LIMIT $2`,
 WITH d AS (SELECT id FROM {s}.lease_history WHERE at < $1 ORDER BY at LIMIT $2)
 DELETE FROM {s}.lease_history h USING d WHERE h.id = d.id`,
 
-		announce: `SELECT pg_notify($1, 'w' || chr(9) || $2 || chr(9) || $3)`,
+		announce: `SELECT pg_notify($1, 'w' || chr(9) || $2 || chr(9) || $3 || chr(9) || $4::bigint || chr(9) || $5::bigint)`,
 
 		listenTo: `LISTEN ` + s,
 	}
@@ -624,19 +629,38 @@ func (s *Store) TrimLeaseHistory(ctx context.Context, before time.Time, limit in
 	return tag.RowsAffected(), nil
 }
 
-// AnnounceLeaseWaiter tells every listener that waiter waits for name (a
-// NOTIFY; it writes no table).
-func (s *Store) AnnounceLeaseWaiter(ctx context.Context, name, waiter string) error {
-	if err := store.ValidateLeaseName(name); err != nil {
+// AnnounceLeaseWaiter tells every listener that w.Waiter waits for w.Name,
+// or withdraws when w.Since is zero (a NOTIFY; it writes no table).
+func (s *Store) AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) error {
+	if err := store.ValidateLeaseWaiter(w); err != nil {
 		return fmt.Errorf("announce lease waiter: %w", err)
 	}
-	if err := store.ValidateLeaseOwner(waiter); err != nil {
-		return fmt.Errorf("announce lease waiter: %w", err)
+	var since int64
+	if !w.Since.IsZero() {
+		since = max(w.Since.UnixMicro(), 1)
 	}
-	if _, err := s.db.Exec(ctx, s.lq().announce, s.channel, name, waiter); err != nil {
+	if _, err := s.db.Exec(ctx, s.lq().announce, s.channel, w.Name, w.Waiter, since, w.Fence); err != nil {
 		return interpretError("announce lease waiter", err)
 	}
 	return nil
+}
+
+// parseWaiter parses the payload of an announcement after "w<TAB>".
+func parseWaiter(rest string) (store.LeaseWaiter, bool) {
+	f := strings.Split(rest, "\t")
+	if len(f) != 4 {
+		return store.LeaseWaiter{}, false
+	}
+	since, err1 := strconv.ParseInt(f[2], 10, 64)
+	fence, err2 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil {
+		return store.LeaseWaiter{}, false
+	}
+	w := store.LeaseWaiter{Name: f[0], Waiter: f[1], Fence: fence}
+	if since != 0 {
+		w.Since = time.UnixMicro(since)
+	}
+	return w, true
 }
 
 // WatchLeases reports the ends of holdings and the waiters' announcements to
@@ -701,8 +725,8 @@ func (s *Store) listenLeases(ctx context.Context, pool interface {
 		case "l":
 			sink.Freed(rest)
 		case "w":
-			if name, waiter, ok := strings.Cut(rest, "\t"); ok {
-				sink.Wanted(name, waiter)
+			if w, ok := parseWaiter(rest); ok {
+				sink.Wanted(w)
 			}
 		}
 	}

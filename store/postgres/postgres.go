@@ -271,7 +271,8 @@ func (s *Store) ResolveExpiredBatch(ctx context.Context, stream string, numbers 
 	if err != nil {
 		return nil, fmt.Errorf("resolve expired batch: %w", err)
 	}
-	rows, err := s.db.Query(ctx, s.q.resolveExpiredBatch, stream, numbers, reason, p.Now, s.channel)
+	lo, hi := slices.Min(numbers), slices.Max(numbers)
+	rows, err := s.db.Query(ctx, s.q.resolveExpiredBatch, stream, numbers, reason, p.Now, s.channel, lo, hi)
 	if err != nil {
 		return nil, interpretError("resolve expired batch", err)
 	}
@@ -304,6 +305,95 @@ func (s *Store) RecoverExpired(ctx context.Context, stream string, number int64,
 		}
 	}
 	return 0, fmt.Errorf("recover expired: entry %d kept changing under concurrent writers", number)
+}
+
+// RecoverExpiredBatch implements the storage contract's RecoverExpiredBatch
+// in one statement (recoverExpiredBatch), and explains the items it did not
+// move with one more.
+func (s *Store) RecoverExpiredBatch(ctx context.Context, stream string, items []store.RecoverItem, p *store.RecoverBatchParams) ([]store.RecoverResult, error) {
+	if p == nil {
+		p = &store.RecoverBatchParams{}
+	}
+	if err := store.ValidateRecoverBatch(stream, items, p); err != nil {
+		return nil, fmt.Errorf("recover expired batch: %w", err)
+	}
+	numbers := make([]int64, len(items))
+	payloads := make([][]byte, len(items))
+	types := make([]string, len(items))
+	for i, it := range items {
+		numbers[i], payloads[i], types[i] = it.Number, it.Payload, it.RecoveryType
+	}
+	reason := cmp.Or(p.Reason, store.ReasonRecovered)
+	rows, err := s.db.Query(ctx, s.q.recoverExpiredBatch, stream, numbers, payloads, types, p.Owner, reason, p.Now, s.channel)
+	if err != nil {
+		return nil, interpretError("recover expired batch", err)
+	}
+	moved := map[int64]int64{}
+	var old, to int64
+	_, err = pgx.ForEachRow(rows, []any{&old, &to}, func() error {
+		moved[old] = to
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("recover expired batch", err)
+	}
+	out := make([]store.RecoverResult, len(items))
+	var left []int64
+	for i, it := range items {
+		if out[i].Moved = moved[it.Number]; out[i].Moved == 0 {
+			left = append(left, it.Number)
+		}
+	}
+	if len(left) == 0 {
+		return out, nil
+	}
+	why, err := s.explainBatch(ctx, stream, left)
+	if err != nil {
+		return nil, fmt.Errorf("recover expired batch: the moves committed, but explaining the rest failed: %w", err)
+	}
+	for i, it := range items {
+		if out[i].Moved == 0 {
+			out[i].Err = why[it.Number]
+		}
+	}
+	return out, nil
+}
+
+// explainBatch explains, in one statement, why entries were not moved.
+func (s *Store) explainBatch(ctx context.Context, stream string, numbers []int64) (map[int64]error, error) {
+	rows, err := s.db.Query(ctx, s.q.probeBatch, stream, numbers)
+	if err != nil {
+		return nil, interpretError("probe", err)
+	}
+	why := make(map[int64]error, len(numbers))
+	for _, n := range numbers {
+		why[n] = fmt.Errorf("%w: number %d", store.ErrNotFound, n)
+	}
+	var (
+		n      int64
+		state  store.State
+		reason *string
+		filled bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&n, &state, &reason, &filled}, func() error {
+		gapReason := ""
+		if reason != nil {
+			gapReason = *reason
+		}
+		switch {
+		case state == store.Committed && filled, state == store.Gap:
+			why[n] = store.GapError(gapReason)
+		case state == store.Committed:
+			why[n] = store.ErrCommitted
+		default: // leased: not expired when the moves were decided
+			why[n] = store.ErrNotExpired
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("probe", err)
+	}
+	return why, nil
 }
 
 // explainExpiry explains a refused expiry resolution; errChanged if the

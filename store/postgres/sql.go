@@ -16,6 +16,7 @@ type queries struct {
 	listGaps, listGapHistory, countGaps, fillGap   string
 	fillProbe, trim, recoverExpired                string
 	resolveExpiredBatch, streams                   string
+	recoverExpiredBatch, probeBatch                string
 }
 
 // entryColumns is the column list scanEntry reads.
@@ -106,6 +107,9 @@ WITH u AS (
 	UPDATE {s}.entries
 	SET state = 'gap', gap_reason = $3, resolved_at = ` + nowf(4) + `
 	WHERE stream = $1 AND number = ANY($2::bigint[]) AND state = 'leased'
+		-- the batch's range, so that even a generic plan reads only that
+		-- slice of the stream's unresolved entries, not all of them
+		AND number BETWEEN $6 AND $7
 		AND expires_at <= ` + nowf(4) + `
 	RETURNING number
 )
@@ -142,6 +146,57 @@ WITH old AS (
 SELECT ins.number FROM ins, gap,
 	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || gap.number::text) n1,
 	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || ins.number::text) n2`,
+
+		// recoverExpired for several entries of a stream in one statement,
+		// so one transaction and one WAL flush: old locks the expired
+		// entries among the requested ones through the primary key (in
+		// number order, re-checked after any wait for a lock; a join with
+		// the items here gets a nested-loop generic plan once the prepared
+		// statement goes generic), s takes a block of as many numbers (the
+		// stream row's lock), num gives them out in the old numbers' order
+		// with the items' work, ins appends the new committed entries, gap
+		// resolves the old ones pointing at them. Each move is whole: its
+		// new entry and its gap commit together with the others or not at
+		// all.
+		recoverExpiredBatch: `
+WITH old AS (
+	SELECT e.number, e.operation_id, e.kind FROM {s}.entries e
+	WHERE e.stream = $1 AND e.number = ANY($2::bigint[]) AND e.state = 'leased'
+		AND e.expires_at <= ` + nowf(7) + `
+	ORDER BY e.number
+	FOR UPDATE
+), k AS (
+	SELECT count(*) AS n FROM old
+), s AS (
+	UPDATE {s}.streams st SET last_number = st.last_number + k.n
+	FROM k WHERE st.name = $1 AND k.n > 0
+	RETURNING st.last_number - k.n AS base
+), num AS (
+	SELECT old.*, r.payload, r.rtype, s.base + row_number() OVER (ORDER BY old.number) AS moved
+	FROM old JOIN unnest($2::bigint[], $3::bytea[], $4::text[]) AS r(number, payload, rtype)
+		ON r.number = old.number, s
+), ins AS (
+	INSERT INTO {s}.entries (stream, number, state, token, owner, operation_id, kind,
+		leased_at, expires_at, resolved_at, payload, recovered_from, recovery_type)
+	SELECT $1, num.moved, 'committed', gen_random_uuid(), $5, num.operation_id, num.kind,
+		n.t, n.t, n.t, num.payload, num.number, num.rtype
+	FROM num, (SELECT ` + nowf(7) + ` AS t) n
+	RETURNING number, recovered_from
+), gap AS (
+	UPDATE {s}.entries e
+	SET state = 'gap', gap_reason = $6, recovered_as = ins.number, resolved_at = ` + nowf(7) + `
+	FROM ins WHERE e.stream = $1 AND e.number = ins.recovered_from
+	RETURNING e.number, e.recovered_as
+)
+SELECT gap.number, gap.recovered_as FROM gap,
+	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || gap.number::text) n1,
+	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || gap.recovered_as::text) n2
+ORDER BY gap.number`,
+
+		// probeBatch explains the items recoverExpiredBatch did not move.
+		probeBatch: `
+SELECT number, state, gap_reason, filled_at IS NOT NULL
+FROM {s}.entries WHERE stream = $1 AND number = ANY($2::bigint[])`,
 
 		// probe explains a refused conditional write, in a new statement so
 		// it sees the row as the write's decision left it.
@@ -216,7 +271,8 @@ ORDER BY number LIMIT $3`,
 	for _, p := range []*string{&q.lease, &q.commit, &q.release, &q.extend, &q.resolveExpired,
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
-		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams} {
+		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams,
+		&q.recoverExpiredBatch, &q.probeBatch} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

@@ -16,7 +16,8 @@
 // Run groups the subtests by concept, one file each: Lease, Commit, Release,
 // Extend, ResolveExpired and ListExpired (expire.go), Read, Stats, BadInput,
 // Concurrency, Ordered and CommitBatch (ordered.go), Snapshot, ReadResolved
-// and Watch (watch.go), Gaps (gap.go) and Trim (trim.go). Every leaf subtest is parallel and calls newStore for a
+// and Watch (watch.go), Gaps (gap.go), Trim (trim.go), RecoverExpired
+// (recover.go) and RecoverExpiredBatch (recoverbatch.go). Every leaf subtest is parallel and calls newStore for a
 // fresh, isolated store: the listings across all streams (ListExpired without
 // a Stream filter) count on it. Stream names are unique per subtest all the
 // same, and derived from the subtest's name, so a shared database shows who

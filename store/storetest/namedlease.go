@@ -99,9 +99,10 @@ type NamedLeaseStore interface {
 	// error.
 	WatchLeases(ctx context.Context, sink store.LeaseSink) error
 
-	// AnnounceLeaseWaiter reports to every watcher that waiter waits for
-	// name. It changes nothing else.
-	AnnounceLeaseWaiter(ctx context.Context, name, waiter string) error
+	// AnnounceLeaseWaiter reports w to every watcher (Wanted), with Since
+	// truncated to microseconds; a zero Since (a withdrawal) stays zero. It
+	// changes nothing else.
+	AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) error
 }
 
 // RunNamedLeases runs the conformance suite of named leases. newStore must

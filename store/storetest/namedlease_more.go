@@ -35,9 +35,15 @@ func (r *leaseNotices) add(msg string) {
 	}
 }
 
-func (r *leaseNotices) Freed(name string)          { r.add("freed " + name) }
-func (r *leaseNotices) Wanted(name, waiter string) { r.add("wanted " + name + " by " + waiter) }
-func (r *leaseNotices) Reset()                     { r.add("reset") }
+func (r *leaseNotices) Freed(name string) { r.add("freed " + name) }
+func (r *leaseNotices) Reset()            { r.add("reset") }
+func (r *leaseNotices) Wanted(w store.LeaseWaiter) {
+	since := "withdrawn"
+	if !w.Since.IsZero() {
+		since = w.Since.UTC().Format(time.RFC3339Nano)
+	}
+	r.add(fmt.Sprintf("wanted %s by %s since %s after fence %d", w.Name, w.Waiter, since, w.Fence))
+}
 
 // next returns the next notice, failing t if none comes within 10 s.
 func (r *leaseNotices) next(t *testing.T) string {
@@ -80,8 +86,11 @@ func testNamedWatch(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 		b.release(l, 2*time.Second)
 		require.Equal(t, "freed "+n1, sink.next(t))
 
-		require.NoError(t, b.s.AnnounceLeaseWaiter(b.ctx, n1, "bob"))
-		require.Equal(t, "wanted "+n1+" by bob", sink.next(t))
+		since := b.time(1500 * time.Millisecond)
+		require.NoError(t, b.s.AnnounceLeaseWaiter(b.ctx, store.LeaseWaiter{Name: n1, Waiter: "bob", Since: since, Fence: 1}))
+		require.Equal(t, "wanted "+n1+" by bob since "+since.UTC().Format(time.RFC3339Nano)+" after fence 1", sink.next(t))
+		require.NoError(t, b.s.AnnounceLeaseWaiter(b.ctx, store.LeaseWaiter{Name: n1, Waiter: "bob"}))
+		require.Equal(t, "wanted "+n1+" by bob since withdrawn after fence 0", sink.next(t))
 
 		n3, n4 := b.name("-3"), b.name("-4")
 		b.acquire(n3, "carol", 0, time.Minute)
@@ -344,7 +353,7 @@ func nlCases() []nlCase {
 			return s.CheckLeaseFence(ctx, text, 1, op(f))
 		})
 		bad("AnnounceLeaseWaiter: name "+x.desc, store.ErrInvalidLeaseName, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
-			return s.AnnounceLeaseWaiter(ctx, text, "bob")
+			return s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: text, Waiter: "bob", Since: *f.now})
 		})
 		if text != "" { // empty means "every name" / "from the start"
 			bad("LeaseHistory: name "+x.desc, store.ErrInvalidLeaseName, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
@@ -373,7 +382,7 @@ func nlCases() []nlCase {
 			return err
 		})
 		bad("AnnounceLeaseWaiter: waiter "+x.desc, store.ErrInvalidOwner, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
-			return s.AnnounceLeaseWaiter(ctx, f.live.Name, text)
+			return s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: f.live.Name, Waiter: text, Since: *f.now})
 		})
 		if text != "" { // empty means every owner
 			bad("ListLeases: owner "+x.desc, store.ErrInvalidOwner, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
@@ -407,6 +416,9 @@ func nlCases() []nlCase {
 	bad("AcquireLease: negative MaxRenewals", store.ErrInvalidCount, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
 		_, err := s.AcquireLease(ctx, f.fresh, "bob", &store.AcquireLeaseParams{TTL: time.Minute, MaxRenewals: -1, Now: f.now})
 		return err
+	})
+	bad("AnnounceLeaseWaiter: fence -1", store.ErrInvalidFence, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
+		return s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: f.live.Name, Waiter: "bob", Since: *f.now, Fence: -1})
 	})
 	for _, fence := range []int64{0, -1} {
 		bad(fmt.Sprintf("RenewLease: fence %d", fence), store.ErrInvalidFence, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {

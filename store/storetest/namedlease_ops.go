@@ -522,6 +522,23 @@ func testNamedHistory(t *testing.T, newStore func(t *testing.T) NamedLeaseStore)
 		requireTime(t, b.time(3*time.Minute), h[0].At, "an event at exactly the bound stays")
 	})
 
+	t.Run("retention goes by the events' times, an expiry recorded late included", func(t *testing.T) {
+		b := nlSetup(t, newStore)
+		n, other := b.name(""), b.name("-other")
+		b.acquire(n, "alice", 0, time.Second)
+		o := b.acquire(other, "bob", 10*time.Second, time.Hour)
+		cleaned, err := b.s.CleanupExpiredLeases(b.ctx, &store.CleanupLeasesParams{Now: b.at(20 * time.Second)})
+		require.NoError(t, err)
+		require.Equal(t, 1, cleaned)
+		// Recorded in this order: n acquired (+0), other acquired (+10s), n
+		// expired (at its expiry, +1s).
+		deleted, err := b.s.TrimLeaseHistory(b.ctx, b.time(5*time.Second), 0)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), deleted)
+		require.Empty(t, b.history(n))
+		require.Equal(t, []store.LeaseEvent{event(o, store.LeaseAcquired, b.time(10*time.Second), o.ExpiresAt)}, b.history(other))
+	})
+
 	t.Run("paging by ID", func(t *testing.T) {
 		b := nlSetup(t, newStore)
 		n := b.name("")

@@ -102,6 +102,16 @@ type Store interface {
 	// never makes a second copy.
 	RecoverExpired(ctx context.Context, stream string, number int64, p *store.RecoverParams) (int64, error)
 
+	// RecoverExpiredBatch is RecoverExpired for several entries of one
+	// stream at once, in one transaction (on PostgreSQL, one statement):
+	// items (numbers ascending and distinct) whose entries are leased and
+	// expired move, each as RecoverExpired would (the new entry and the
+	// old entry's gap together), to consecutive new numbers in the order of
+	// the items. Result i is item i's: the new number, or the refusal
+	// RecoverExpired would give (such an item changes nothing). A non-nil
+	// error means no item's outcome is known.
+	RecoverExpiredBatch(ctx context.Context, stream string, items []store.RecoverItem, p *store.RecoverBatchParams) ([]store.RecoverResult, error)
+
 	// Snapshot describes stream's resolution at one instant, listing at
 	// most limit unresolved numbers (0: store.MaxListLimit); see
 	// store.Snapshot. An unknown stream has the zero snapshot.

@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"ReadResolved", testReadResolved},
 		{"Watch", testWatch},
 		{"RecoverExpired", testRecoverExpired},
+		{"RecoverExpiredBatch", testRecoverExpiredBatch},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

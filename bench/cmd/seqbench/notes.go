@@ -1,0 +1,42 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/seqlease/seqlease/cleanup"
+)
+
+// sectionNotes are printed under a section's table of figures: how its
+// figures are made, and what bounds them.
+var sectionNotes = map[string]string{
+	secLimit: "pgbench (`-M prepared`, `-j` up to the CPU count) runs each script of bench/pgbench on a freshly migrated " +
+		"schema of seqlease's own tables: (a) the lease statement's work (bump the stream's counter row, insert the " +
+		"entry), (b) that lease and then the commit's conditional write as two transactions, without the ordering check " +
+		"and without NOTIFY, (c) a named lease taken with one guarded upsert and released with one fenced update. " +
+		"Every client of (a) and (b) leases from the same stream, as the seqlease workers do, so the counter row is hot.",
+	secStreams: "Workers loop on one stream of a fresh schema (pool of workers + 4 connections, TTL 1 min). " +
+		"Lease coalescing is on (the default) everywhere; group commit is off with `MaxGroup: 1`. " +
+		"The raw pgx loop runs exactly the statements of script (b). Every seqlease resolution also NOTIFYs the " +
+		"barriers of other processes; PostgreSQL serializes the commits of all notifying transactions (async.c takes " +
+		"a cluster-wide lock before the commit and holds it until the commit, WAL flush included, is done), which " +
+		"group commit amortizes over a whole group.",
+	secNamed: "Each goroutine acquires and releases its own name (`TryAcquire` / pglock's `FailIfLocked`), or all 16 " +
+		"contend for one name with blocking acquires; TTL 1 min, no keep-alive, pglock's heartbeats off. " +
+		"seqlease's acquire reads before it writes (so a held name costs no write) and its release NOTIFYs waiters " +
+		"in other processes; the raw-notify rows show what that notice alone costs the raw loop. The WAL rows divide " +
+		"the server's WAL growth during 500 failed tries by 500; other sessions' writes count too, so the target " +
+		"uses the smallest run.",
+	secMemory: "The in-memory backend with a started barrier. The bare ordered ticket is a mutex, a counter and a " +
+		"channel per ticket that must wait: the least an in-process ordered commit can cost. Allocations are the " +
+		"process's heap allocations in the window divided by the operations. The in-flight rows keep k leases " +
+		"outstanding (lease one at the back, commit the one at the front) on one goroutine. Without retention " +
+		"(Trim) the ledger grows for the whole run, as it does in a pipeline that never trims.",
+	secCleanup: fmt.Sprintf("n leases of one stream with a 1 µs TTL, then one timed `cleanup.Service.RunOnce` (the gap "+
+		"step; nothing to recover), on a fresh schema. Cascade pacing (a pause of %v after every %d resolutions, a "+
+		"deliberate throttle) is off except in the row that says so.", cleanup.DefaultCascadeDelay, cleanup.DefaultCascadeBatch),
+	secWake: "Lease n-1 and n, park the ordered commit of n at the barrier, commit n-1. The latency runs from the " +
+		"moment the store call committing n-1 returned (durable and acknowledged) to the moment the commit of n " +
+		"reached the store (woken, and on its way). Group commit is off so that n cannot ride along with n-1. " +
+		"In-process, the committing Leaser wakes the waiter itself; across pools the waiter's barrier hears " +
+		"PostgreSQL's NOTIFY. A waiter woken before the committer had its reply counts as 0.",
+}

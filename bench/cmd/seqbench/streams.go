@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seqlease/seqlease/barrier"
+	"github.com/seqlease/seqlease/bench/pgbench"
+	"github.com/seqlease/seqlease/sequence"
+	"github.com/seqlease/seqlease/store/postgres"
+)
+
+// payload is what every commit writes, in seqlease and in the limits.
+var payload = []byte("payload")
+
+// leaseTTL is the TTL of every lease the throughput loops take: long
+// enough that nothing expires during a run.
+const leaseTTL = time.Minute
+
+// pgbenchSpecs are the limits: pgbench running the scripts of bench/pgbench
+// on a fresh schema of seqlease's tables.
+func pgbenchSpecs() []spec {
+	var out []spec
+	for _, s := range []struct{ script, name string }{
+		{pgbench.Lease, "(a) lease, one per transaction"},
+		{pgbench.LeaseCommit, "(b) lease + commit, two transactions"},
+		{pgbench.NamedLease, "(c) named-lease acquire (guarded upsert) + release"},
+	} {
+		for _, c := range []int{1, 4, 16} {
+			out = append(out, spec{
+				key:     fmt.Sprintf("pgbench/%s/c=%d", s.script, c),
+				section: secLimit,
+				name:    s.name + ", " + plural(c, "client"),
+				metrics: []metric{{key: "rate", unit: "tx/s"}},
+				run: func(ctx context.Context, e *env) (map[string]float64, error) {
+					schema, drop, err := e.newSchema(ctx)
+					if err != nil {
+						return nil, err
+					}
+					defer drop()
+					tps, err := pgbench.Run(ctx, pgbench.Params{DSN: e.dsn, Schema: schema, Script: s.script, Clients: c, Duration: e.dur})
+					return map[string]float64{"rate": tps}, err
+				},
+			})
+		}
+	}
+	return out
+}
+
+// seqEnv is a Leaser on PostgreSQL: a fresh schema, a pool, a started
+// barrier.
+type seqEnv struct {
+	pool    *pgxpool.Pool
+	store   *postgres.Store
+	barrier *barrier.Barrier
+	leaser  *sequence.Leaser
+	close   func()
+}
+
+// newSeqEnv sets up a Leaser on a fresh schema. wrap, if not nil, wraps
+// the store the Leaser uses (the barrier reads the store itself).
+func newSeqEnv(ctx context.Context, e *env, schema string, maxConns int, cfg sequence.Config, wrap func(sequence.Store) sequence.Store) (*seqEnv, error) {
+	pool, err := e.pool(ctx, maxConns, "")
+	if err != nil {
+		return nil, err
+	}
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	b, err := barrier.New(s, nil)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := b.Start(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	cfg.Barrier = b
+	var ls sequence.Store = s
+	if wrap != nil {
+		ls = wrap(s)
+	}
+	l, err := sequence.New(ls, &cfg)
+	if err != nil {
+		b.Stop()
+		pool.Close()
+		return nil, err
+	}
+	return &seqEnv{pool: pool, store: s, barrier: b, leaser: l, close: func() { b.Stop(); pool.Close() }}, nil
+}
+
+// withSeq runs fn with a Leaser on a fresh schema and cleans up.
+func withSeq(ctx context.Context, e *env, maxConns int, cfg sequence.Config, fn func(*seqEnv) (map[string]float64, error)) (map[string]float64, error) {
+	schema, drop, err := e.newSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	s, err := newSeqEnv(ctx, e, schema, maxConns, cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	return fn(s)
+}
+
+// streamSpecs are seqlease's stream operations on PostgreSQL, and the raw
+// pgx loop doing the unordered lease + commit of pgbench script (b).
+func streamSpecs() []spec {
+	var out []spec
+	for _, group := range []bool{false, true} {
+		for _, w := range []int{1, 4, 16} {
+			cfg, label := sequence.Config{MaxGroup: 1}, "off"
+			if group {
+				cfg, label = sequence.Config{}, "on"
+			}
+			out = append(out, spec{
+				key:     fmt.Sprintf("seq/ordered/group=%s/w=%d", label, w),
+				section: secStreams,
+				name:    "lease + ordered commit, group commit " + label + ", " + plural(w, "worker"),
+				metrics: []metric{{key: "rate", unit: "ops/s"}},
+				run: func(ctx context.Context, e *env) (map[string]float64, error) {
+					return withSeq(ctx, e, w+4, cfg, func(s *seqEnv) (map[string]float64, error) {
+						r, err := loop(ctx, loopOpts{workers: w, warm: e.warm, dur: e.dur}, func(ctx context.Context, _ int) error {
+							x, err := s.leaser.Lease(ctx, "bench", &sequence.LeaseOpts{TTL: leaseTTL})
+							if err != nil {
+								return err
+							}
+							return x.Commit(ctx, payload)
+						})
+						return map[string]float64{"rate": r.perSecond()}, err
+					})
+				},
+			})
+		}
+	}
+	for _, w := range []int{1, 4, 16} {
+		out = append(out, spec{
+			key:     fmt.Sprintf("seq/complete/w=%d", w),
+			section: secStreams,
+			name:    "lease + unordered Complete, " + plural(w, "worker"),
+			metrics: []metric{{key: "rate", unit: "ops/s"}},
+			run: func(ctx context.Context, e *env) (map[string]float64, error) {
+				return withSeq(ctx, e, w+4, sequence.Config{}, func(s *seqEnv) (map[string]float64, error) {
+					r, err := loop(ctx, loopOpts{workers: w, warm: e.warm, dur: e.dur}, func(ctx context.Context, _ int) error {
+						x, err := s.leaser.Lease(ctx, "bench", &sequence.LeaseOpts{TTL: leaseTTL})
+						if err != nil {
+							return err
+						}
+						return x.Complete(ctx, payload)
+					})
+					return map[string]float64{"rate": r.perSecond()}, err
+				})
+			},
+		})
+	}
+	for _, w := range []int{1, 4, 16} {
+		out = append(out, spec{
+			key:     fmt.Sprintf("raw/leasecommit/w=%d", w),
+			section: secStreams,
+			name:    "raw pgx: lease + commit (script (b), unordered), " + plural(w, "worker"),
+			metrics: []metric{{key: "rate", unit: "ops/s"}},
+			run:     func(ctx context.Context, e *env) (map[string]float64, error) { return rawLeaseCommit(ctx, e, w) },
+		})
+	}
+	for _, n := range []int{100, 1000} {
+		out = append(out, spec{
+			key:     fmt.Sprintf("seq/leasen/%d", n),
+			section: secStreams,
+			name:    fmt.Sprintf("batch lease (LeaseN of %s), one stream, 1 worker", group(strconv.Itoa(n))),
+			metrics: []metric{{key: "rate", unit: "numbers/s"}},
+			run: func(ctx context.Context, e *env) (map[string]float64, error) {
+				return withSeq(ctx, e, 4, sequence.Config{}, func(s *seqEnv) (map[string]float64, error) {
+					r, err := loop(ctx, loopOpts{workers: 1, warm: e.warm, dur: e.dur}, func(ctx context.Context, _ int) error {
+						_, err := s.leaser.LeaseN(ctx, "bench", n, &sequence.LeaseOpts{TTL: leaseTTL})
+						return err
+					})
+					return map[string]float64{"rate": r.perSecond() * float64(n)}, err
+				})
+			},
+		})
+	}
+	return out
+}
+
+// rawLeaseCommit runs the statements of pgbench script (b) through a pgx
+// pool: lease one number, then commit it, two transactions per item.
+func rawLeaseCommit(ctx context.Context, e *env, workers int) (map[string]float64, error) {
+	stmts, _, err := pgbench.Statements(pgbench.LeaseCommit)
+	if err != nil {
+		return nil, err
+	}
+	schema, drop, err := e.newSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	pool, err := e.pool(ctx, workers, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	lease, commit := stmts[0], stmts[1]
+	r, err := loop(ctx, loopOpts{workers: workers, warm: e.warm, dur: e.dur}, func(ctx context.Context, _ int) error {
+		var number int64
+		var token pgtype.UUID
+		if err := pool.QueryRow(ctx, lease).Scan(&number, &token); err != nil {
+			return fmt.Errorf("raw lease: %w", err)
+		}
+		tag, err := pool.Exec(ctx, commit, number, token)
+		if err != nil {
+			return fmt.Errorf("raw commit: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("raw commit of %d: %d rows", number, tag.RowsAffected())
+		}
+		return nil
+	})
+	return map[string]float64{"rate": r.perSecond()}, err
+}

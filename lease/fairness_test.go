@@ -1,0 +1,282 @@
+package lease_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/lease"
+	"github.com/seqlease/seqlease/store"
+)
+
+// heardLog records the distinct announcements a Manager heard, per waiter.
+type heardLog struct {
+	mu     sync.Mutex
+	since  map[string][]time.Time // waiter -> distinct Since values, in arrival order
+	signal chan struct{}
+}
+
+func hearing(m *lease.Manager) *heardLog {
+	h := &heardLog{since: map[string][]time.Time{}, signal: make(chan struct{}, 1)}
+	lease.OnWanted(m, func(w store.LeaseWaiter) {
+		h.mu.Lock()
+		if !w.Withdrawn() && !slices.ContainsFunc(h.since[w.Waiter], w.Since.Equal) {
+			h.since[w.Waiter] = append(h.since[w.Waiter], w.Since)
+		}
+		h.mu.Unlock()
+		select {
+		case h.signal <- struct{}{}:
+		default:
+		}
+	})
+	return h
+}
+
+// waitFor waits until h heard n distinct waiters (tickets) of owner.
+func (h *heardLog) waitFor(t *testing.T, owner string, n int) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		h.mu.Lock()
+		got := len(h.since[owner])
+		h.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-h.signal:
+		case <-timeout:
+			t.Fatalf("heard %d announcements of %s, want %d", got, owner, n)
+		}
+	}
+}
+
+// TestWaitersAcrossProcessesGoFirstComeFirstServed: blocked acquires of two
+// processes (on PostgreSQL, two pools) get the name in the order they
+// asked, alternating between the processes, not process by process.
+// HandoffGrace is a minute: a waiter that held back for the wrong rival
+// would stall the test.
+func TestWaitersAcrossProcessesGoFirstComeFirstServed(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		cfg := func(owner string) *lease.Config {
+			return &lease.Config{Owner: owner, PollInterval: time.Hour, HandoffGrace: time.Minute}
+		}
+		s := b.open(t)
+		p1 := newListeningManager(t, s, cfg("p1"))
+		p2 := newListeningManager(t, b.open(t), cfg("p2"))
+		heard1, heard2 := hearing(p1), hearing(p2)
+		queued := map[*lease.Manager]chan int{p1: make(chan int, 4), p2: make(chan int, 4)}
+		for m, ch := range queued {
+			lease.OnWaiting(m, func(_ string, n int) { ch <- n })
+		}
+		name := t.Name()
+		h, err := p1.TryAcquire(ctx, name, &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+
+		order := make(chan string, 4)
+		release := map[string]chan struct{}{}
+		var wg sync.WaitGroup
+		t.Cleanup(wg.Wait) // after a failure: ctx ends, and the waiters return
+		start := func(m *lease.Manager, label string) {
+			release[label] = make(chan struct{})
+			wg.Go(func() {
+				l, err := m.Acquire(ctx, name, &lease.AcquireOpts{TTL: time.Hour, Timeout: 30 * time.Second})
+				if err != nil {
+					t.Error(label, err)
+					order <- label + " failed"
+					return
+				}
+				order <- label
+				select {
+				case <-release[label]:
+				case <-ctx.Done():
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Error(label, err)
+				}
+			})
+		}
+		next := func() string { return within(t, "the next holder", func() string { return <-order }) }
+
+		start(p2, "a") // waits behind p1's holder: announces itself
+		require.Equal(t, 1, <-queued[p2])
+		heard1.waitFor(t, "p2", 1)
+		apart(t, s)
+		start(p1, "b") // waits behind its own process's holder, knowing a rival: announces itself
+		require.Equal(t, 1, <-queued[p1])
+		heard2.waitFor(t, "p1", 1)
+		apart(t, s)
+		start(p2, "c")
+		require.Equal(t, 2, <-queued[p2])
+		apart(t, s)
+		start(p1, "d")
+		require.Equal(t, 2, <-queued[p1])
+
+		require.NoError(t, h.Release(ctx))
+		require.Equal(t, "a", next(), "a asked first, though b's process released")
+		heard1.waitFor(t, "p2", 2) // c, p2's new first waiter, announced itself
+		close(release["a"])
+		require.Equal(t, "b", next())
+		heard2.waitFor(t, "p1", 2) // d
+		close(release["b"])
+		require.Equal(t, "c", next(), "though d's process released")
+		close(release["c"])
+		require.Equal(t, "d", next())
+		close(release["d"])
+		wg.Wait()
+	})
+}
+
+// apart waits until the backend's clock moved 5 ms on, so that the acquires
+// before and after were asked further apart than the tickets' precision
+// (the waiters' times are estimated from the backend's clock readings, to
+// within about a round trip).
+func apart(t *testing.T, s lease.Store) {
+	t.Helper()
+	from, err := s.Now(t.Context())
+	require.NoError(t, err)
+	for {
+		now, err := s.Now(t.Context())
+		require.NoError(t, err)
+		if now.Sub(from) >= 5*time.Millisecond {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestASilentRivalCostsOneGrace: an older waiter of another process that
+// announced itself but does not take the name (its process died) holds a
+// release here back once, for HandoffGrace; after that it is passed over
+// until it announces anew.
+func TestASilentRivalCostsOneGrace(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		s := b.open(t)
+		m := newListeningManager(t, s, &lease.Config{Owner: "alive", PollInterval: time.Hour, HandoffGrace: 100 * time.Millisecond})
+		heard := hearing(m)
+		var mu sync.Mutex
+		holds := 0
+		lease.OnHolding(m, func(string) { mu.Lock(); holds++; mu.Unlock() })
+		paused := make(chan struct{}, 8)
+		lease.OnPaused(m, func(string) { paused <- struct{}{} })
+		name := t.Name()
+		h, err := m.TryAcquire(ctx, name, &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		got := make(chan *lease.Lease, 2)
+		for range 2 {
+			go func() {
+				l, err := m.Acquire(ctx, name, &lease.AcquireOpts{TTL: time.Hour, Timeout: 20 * time.Second})
+				if err != nil {
+					t.Error(err)
+				}
+				got <- l
+			}()
+		}
+		wait(t, chanDone(paused), "the first waiter found the name held")
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		require.NoError(t, s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: name, Waiter: "dead", Since: now.Add(-time.Hour), Fence: h.Fence()}))
+		heard.waitFor(t, "dead", 1)
+
+		require.NoError(t, h.Release(ctx))
+		first := within(t, "the first waiter, after one grace", func() *lease.Lease { return <-got })
+		require.NotNil(t, first)
+		require.NoError(t, first.Release(ctx))
+		second := within(t, "the second waiter", func() *lease.Lease { return <-got })
+		require.NotNil(t, second)
+		require.NoError(t, second.Release(ctx))
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, 1, holds, "held back once for the silent rival, not at the second release")
+	})
+}
+
+// chanDone turns one receive from ch into a closed channel.
+func chanDone(ch <-chan struct{}) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		<-ch
+		close(done)
+	}()
+	return done
+}
+
+// TestRivalsAreForgotten: a Manager keeps other processes' announcements
+// only for names it holds or waits for, and forgets them when it no longer
+// does, with or without its maintenance loop (CleanupInterval < 0).
+func TestRivalsAreForgotten(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		s := b.open(t)
+		m := newListeningManager(t, s, &lease.Config{Owner: "me", CleanupInterval: -1})
+		heard := hearing(m)
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		announce := func(name, waiter string) {
+			require.NoError(t, s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: name, Waiter: waiter, Since: now}))
+			heard.waitFor(t, waiter, 1)
+		}
+		announce(t.Name()+"/unrelated", "other-1")
+		require.Zero(t, lease.Rivals(m), "a name this process neither holds nor waits for")
+
+		l, err := m.TryAcquire(ctx, t.Name()+"/mine", &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		announce(t.Name()+"/mine", "other-2")
+		require.Equal(t, 1, lease.Rivals(m), "a name this process holds")
+		require.NoError(t, l.Release(ctx))
+		require.Zero(t, lease.Rivals(m), "released")
+	})
+}
+
+// TestFairnessAcrossProcesses: 16 goroutines in two Managers (on
+// PostgreSQL, two pools) acquire and release one name for three seconds
+// (alone: see inTurn).
+// Every goroutine gets it, and about equally often: the spread is logged
+// (docs/leases.md quotes it) and the fewest wins must be at least a third
+// of the most.
+func TestFairnessAcrossProcesses(t *testing.T) {
+	inTurn(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		b.open(t) // the shared pool: each Manager gets a pool of its own
+		managers := []*lease.Manager{
+			newListeningManager(t, b.open(t), &lease.Config{Owner: "p1"}),
+			newListeningManager(t, b.open(t), &lease.Config{Owner: "p2"}),
+		}
+		const per = 8
+		wins := make([]int, 2*per)
+		deadline := time.Now().Add(3 * time.Second)
+		var wg sync.WaitGroup
+		for mi, m := range managers {
+			for g := range per {
+				wg.Go(func() {
+					for time.Now().Before(deadline) {
+						l, err := m.Acquire(ctx, "x", &lease.AcquireOpts{TTL: time.Minute, Timeout: 20 * time.Second})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						wins[mi*per+g]++
+						if err := l.Release(ctx); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		total := 0
+		for _, w := range wins {
+			total += w
+		}
+		sorted := slices.Sorted(slices.Values(wins))
+		t.Logf("%d cycles in 3 s; wins per goroutine: p1 %v, p2 %v; fewest %d, most %d",
+			total, wins[:per], wins[per:], sorted[0], sorted[len(sorted)-1])
+		require.GreaterOrEqual(t, 3*sorted[0], sorted[len(sorted)-1], "no goroutine gets less than a third of the luckiest's share")
+	})
+}
