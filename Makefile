@@ -17,11 +17,15 @@ help: ## Show this list of targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk 'BEGIN { FS = ":.*## " } { printf "  %-11s %s\n", $$1, $$2 }'
 
-test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers).
-	scripts/with-postgres $(GO) test -race -count=1 -timeout 15m ./...
+# The library, and the examples in a module of their own (so the Prometheus
+# exporter the demo serves metrics with stays out of the library's go.mod).
+MODULES := . examples
 
-demo: ## Run the projection pipeline (faults on) on the in-memory backend.
-	$(GO) run ./examples/projection
+test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers).
+	scripts/with-postgres sh -c '$(GO) test -race -count=1 -timeout 15m ./... && cd examples && $(GO) test -race -count=1 -timeout 15m ./...'
+
+demo: ## Run the projection pipeline (faults on) on the in-memory backend; flags in ARGS="-dsn ... -procs 3".
+	cd examples && $(GO) run ./projection $(ARGS)
 
 bench: ## Run seqlease side by side with the limits and peers (bench/, ~10 min); writes docs/benchmarks.md.
 	scripts/with-postgres sh -c 'cd bench && $(GO) run ./cmd/seqbench -out ../docs/benchmarks.md -cmd "make bench"'
@@ -29,16 +33,15 @@ bench: ## Run seqlease side by side with the limits and peers (bench/, ~10 min);
 bench-smoke: ## Run every benchmark once, briefly (CI, < 2 min): fails on errors, never on timing.
 	scripts/with-postgres sh -c 'cd bench && $(GO) run ./cmd/seqbench -smoke'
 
-lint: $(STATICCHECK_STAMP) ## Run go vet and staticcheck (version pinned in STATICCHECK_VERSION, installed in bin/).
-	$(GO) vet ./...
-	$(STATICCHECK) ./...
+lint: $(STATICCHECK_STAMP) ## Run go vet and staticcheck (version pinned in STATICCHECK_VERSION, installed in bin/) on every module.
+	for m in $(MODULES) bench; do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done
 
 cover: ## Run the tests with coverage (coverage.out) and print per-function coverage.
 	scripts/with-postgres $(GO) test -race -count=1 -timeout 15m -covermode=atomic -coverprofile=$(COVERPROFILE) ./...
 	$(GO) tool cover -func=$(COVERPROFILE)
 
-tidy: ## Tidy go.mod and go.sum.
-	$(GO) mod tidy
+tidy: ## Tidy every module's go.mod and go.sum.
+	for m in $(MODULES) bench; do (cd $$m && $(GO) mod tidy) || exit 1; done
 
 $(STATICCHECK_STAMP):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

@@ -12,10 +12,12 @@
 // completed results) under new numbers and turning the rest into gaps, which
 // the projector answers by redelivering the event.
 //
-//	go run ./examples/projection                               # in memory
-//	go run ./examples/projection -dsn postgres://...           # on PostgreSQL
-//	go run ./examples/projection -dsn postgres://... -procs 3  # three worker processes
-//	go run ./examples/projection -metrics :9464 -linger 1m     # and serve /metrics
+//	make demo                                            # in memory
+//	make demo ARGS="-dsn postgres://..."                 # on PostgreSQL
+//	make demo ARGS="-dsn postgres://... -procs 3"        # three worker processes
+//	make demo ARGS="-metrics :9464 -linger 1m"           # and serve /metrics
+//
+// (or, in examples/, which is a module of its own: go run ./projection ...)
 //
 // Run with -h for the knobs.
 package main

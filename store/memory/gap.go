@@ -86,6 +86,9 @@ func (s *Store) FillGap(ctx context.Context, name string, number int64, p *store
 	if err := notGap(e.State, !e.FilledAt.IsZero()); err != nil {
 		return fmt.Errorf("fill gap: %w", err)
 	}
+	if e.RecoveredAs != 0 {
+		return fmt.Errorf("fill gap: %w: its work moved to %d; filling it would make a second copy", store.ErrNotGap, e.RecoveredAs)
+	}
 	e.State = store.Committed
 	st.gaps--
 	e.Payload = slices.Clone(p.Payload)

@@ -40,7 +40,8 @@ func New(cfg *Config) *Store {
 }
 
 type stream struct {
-	mu sync.Mutex
+	name string
+	mu   sync.Mutex
 	ledger
 	// firstUnresolved is the smallest number that may be unresolved: every
 	// entry below it is resolved. The watermark is firstUnresolved-1.
@@ -49,7 +50,9 @@ type stream struct {
 	gaps            int64 // open gaps among the retained entries
 }
 
-func newStream() *stream { return &stream{ledger: newLedger(), firstUnresolved: 1} }
+func newStream(name string) *stream {
+	return &stream{name: name, ledger: newLedger(), firstUnresolved: 1}
+}
 
 // Local reports that the store answers in process, without a round trip,
 // and tells its watchers of every resolution before the call that made it
@@ -73,9 +76,13 @@ func (s *Store) stream(name string) (*stream, error) {
 	return v.(*stream), nil
 }
 
-// entry returns the entry of number, or ErrNotFound. st.mu must be held.
+// entry returns the entry of number, a *store.TrimmedError if retention
+// removed it, or ErrNotFound. st.mu must be held.
 func (st *stream) entry(number int64) (*store.Entry, error) {
-	if number < st.low || number > st.last {
+	if number < st.low {
+		return nil, &store.TrimmedError{Stream: st.name, LowPoint: st.low}
+	}
+	if number > st.last {
 		return nil, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
 	}
 	return st.at(number), nil
@@ -112,7 +119,7 @@ func (s *Store) Lease(ctx context.Context, name string, reqs []store.LeaseReques
 	}
 	v, ok := s.streams.Load(name)
 	if !ok {
-		v, _ = s.streams.LoadOrStore(name, newStream())
+		v, _ = s.streams.LoadOrStore(name, newStream(name))
 	}
 	st := v.(*stream)
 

@@ -461,7 +461,7 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 		var want error
 		switch {
 		case e.number < m.low:
-			want = store.ErrNotFound
+			want = store.ErrTrimmed
 		case foreign:
 			want = store.ErrTokenMismatch
 		case e.reason == store.ReasonReleased:
@@ -494,7 +494,7 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 		var want error
 		switch {
 		case e.number < m.low:
-			want = store.ErrNotFound
+			want = store.ErrTrimmed
 		case foreign:
 			want = store.ErrTokenMismatch
 		case e.state != store.Leased:
@@ -623,7 +623,7 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 func (sc *schedule) commitOutcome(m *modelStream, e *modelEntry, foreign, ordered bool, now time.Time) (time.Time, error) {
 	switch {
 	case e.number < m.low:
-		return time.Time{}, store.ErrNotFound
+		return time.Time{}, store.ErrTrimmed
 	case foreign:
 		return time.Time{}, store.ErrTokenMismatch
 	case e.state == store.Committed && !e.filled:
@@ -642,7 +642,7 @@ func (sc *schedule) commitOutcome(m *modelStream, e *modelEntry, foreign, ordere
 func (sc *schedule) expiryOutcome(m *modelStream, e *modelEntry, now time.Time) error {
 	switch {
 	case e.number < m.low:
-		return store.ErrNotFound
+		return store.ErrTrimmed
 	case e.state != store.Leased:
 		return e.refusal()
 	case now.Before(e.expires):

@@ -41,12 +41,12 @@ FROM {s}.streams WHERE name = $1`
 UPDATE {s}.entries
 SET state = 'committed', payload = $3, filled_by = $4,
 	filled_at = COALESCE($5::timestamptz, clock_timestamp())
-WHERE stream = $1 AND number = $2 AND state = 'gap'`
+WHERE stream = $1 AND number = $2 AND state = 'gap' AND recovered_as IS NULL`
 
 	// fillProbeSQL explains a refused fill: no row means no stream; a NULL
 	// state means no entry (never handed out, or trimmed below low_point).
 	fillProbeSQL = `
-SELECT s.low_point, e.state, e.filled_at IS NOT NULL
+SELECT s.low_point, e.state, e.filled_at IS NOT NULL, e.recovered_as
 FROM {s}.streams s LEFT JOIN {s}.entries e ON e.stream = s.name AND e.number = $2
 WHERE s.name = $1`
 )
@@ -113,7 +113,8 @@ func (s *Store) FillGap(ctx context.Context, stream string, number int64, p *sto
 		var low int64
 		var state *store.State
 		var filled *bool
-		err = s.db.QueryRow(ctx, s.q.fillProbe, stream, number).Scan(&low, &state, &filled)
+		var movedTo *int64
+		err = s.db.QueryRow(ctx, s.q.fillProbe, stream, number).Scan(&low, &state, &filled, &movedTo)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return fmt.Errorf("fill gap: %w: number %d", store.ErrNotFound, number)
@@ -125,10 +126,17 @@ func (s *Store) FillGap(ctx context.Context, stream string, number int64, p *sto
 			return fmt.Errorf("fill gap: %w: number %d", store.ErrNotFound, number)
 		case *state != store.Gap:
 			return fmt.Errorf("fill gap: %w", notGap(*state, *filled))
+		case movedTo != nil:
+			return fmt.Errorf("fill gap: %w", movedGap(*movedTo))
 		}
 		// A gap now: the holder released it between the write and the probe.
 	}
 	return fmt.Errorf("fill gap: entry %d kept changing under concurrent writers", number)
+}
+
+// movedGap explains why a gap whose work moved to number cannot be filled.
+func movedGap(number int64) error {
+	return fmt.Errorf("%w: its work moved to %d; filling it would make a second copy", store.ErrNotGap, number)
 }
 
 // notGap explains why an entry in state with filled cannot be filled.

@@ -437,6 +437,10 @@ func (s *Store) probe(ctx context.Context, q querier, stream string, number int6
 		&pr.state, &tok, &reason, &resolvedAt, &pr.filled, &pr.expired, &pr.earlierUnresolved)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		// Trimmed by retention, or never handed out.
+		if low, lerr := s.lowPoint(ctx, stream); lerr == nil && number < low {
+			return pr, &store.TrimmedError{Stream: stream, LowPoint: low}
+		}
 		return pr, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
 	case err != nil:
 		return pr, err

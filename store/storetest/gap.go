@@ -192,15 +192,18 @@ func testGaps(t *testing.T, newStore func(t *testing.T) Store) {
 		want := filled(f.want[1], []byte("filler"), b.time(time.Hour), "operator alice")
 		require.Equal(t, store.ReasonReleased, want.GapReason, "the reason is kept")
 		require.Equal(t, want, normGap(b.entry(f.stream, 2)))
-		// A recovered gap: the store fills it (refusing is the gap package's
-		// policy) and keeps RecoveredAs. An empty payload is no payload.
-		b.fill(f.stream, 6, []byte{}, "tool", 2*time.Hour)
-		require.Equal(t, filled(f.want[5], nil, b.time(2*time.Hour), "tool"), normGap(b.entry(f.stream, 6)))
+		// An empty payload is no payload.
+		b.fill(f.stream, 4, []byte{}, "tool", 2*time.Hour)
+		require.Equal(t, filled(f.want[3], nil, b.time(2*time.Hour), "tool"), normGap(b.entry(f.stream, 4)))
+		// A gap whose work moved to 8: filling it would make a second copy
+		// of that work (I2), so the store refuses, whatever the policy.
+		err := b.s.FillGap(b.ctx, f.stream, 6, &store.FillParams{Payload: []byte("copy"), FilledBy: "tool", Now: b.at(2 * time.Hour)})
+		require.ErrorIs(t, err, store.ErrNotGap)
 		require.Equal(t, stats, b.stats(f.stream), "a fill changes no resolution: the stats stay")
-		for _, n := range []int64{1, 3, 4, 5, 7, 8} {
+		for _, n := range []int64{1, 3, 5, 6, 7, 8} {
 			require.Equal(t, f.want[n-1], normGap(b.entry(f.stream, n)), "entry %d", n)
 		}
-		require.Equal(t, pick(f.want, 4, 7), b.listGaps(f.stream, nil))
+		require.Equal(t, pick(f.want, 6, 7), b.listGaps(f.stream, nil))
 		require.Equal(t, int64(2), b.countGaps(f.stream))
 	})
 

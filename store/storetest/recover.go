@@ -48,6 +48,22 @@ func testRecoverExpired(t *testing.T, newStore func(t *testing.T) Store) {
 		b.requireUnchanged(es[1])
 	})
 
+	t.Run("a gap whose work moved cannot be filled", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.stream("")
+		b.lease(s, 0, req(time.Second, "op-1"))
+		moved, err := recover(b, s, 1, 2*time.Second)
+		require.NoError(t, err)
+		err = b.s.FillGap(b.ctx, s, 1, &store.FillParams{Payload: []byte("copy"), FilledBy: "ops"})
+		require.ErrorIs(t, err, store.ErrNotGap)
+		require.ErrorContains(t, err, "moved to")
+		old := b.entry(s, 1)
+		require.Equal(t, store.Gap, old.State, "unchanged")
+		require.Nil(t, old.Payload)
+		require.True(t, old.FilledAt.IsZero())
+		require.Equal(t, moved, old.RecoveredAs)
+	})
+
 	t.Run("refusals change nothing and never copy twice", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.stream("")

@@ -155,6 +155,25 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 		require.Equal(t, []int64{5, 6}, numbers(b.read(s, 4, 0)))
 	})
 
+	t.Run("a holder's retry on a trimmed number says trimmed", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.stream("")
+		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"))
+		b.commit(es[0], 0, []byte("one"))
+		b.commit(es[1], 0, []byte("two"))
+		require.Equal(t, int64(3), b.trim(s, 3))
+		// The entry is gone: nothing says whether the retried commit took
+		// effect, so the store says why it cannot tell.
+		_, err := b.s.Commit(b.ctx, s, 1, es[0].Token, &store.CommitParams{Payload: []byte("one"), Now: b.at(0)})
+		var te *store.TrimmedError
+		require.ErrorAs(t, err, &te)
+		require.ErrorIs(t, err, store.ErrTrimmed)
+		require.Equal(t, int64(3), te.LowPoint)
+		require.ErrorIs(t, b.s.Release(b.ctx, s, 2, es[1].Token, &store.ReleaseParams{Now: b.at(0)}), store.ErrTrimmed)
+		_, _, err = b.s.Extend(b.ctx, s, 2, es[1].Token, &store.ExtendParams{TTL: time.Minute, Now: b.at(0)})
+		require.ErrorIs(t, err, store.ErrTrimmed)
+	})
+
 	t.Run("unknown stream is ErrStreamNotFound", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.stream("")
