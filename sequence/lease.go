@@ -356,11 +356,19 @@ func (x *Lease) Release(ctx context.Context) error {
 }
 
 // Extend moves the expiry to the database's now plus ttl (zero means the
-// Leaser's default TTL). It fails with ErrExpired once the lease expired: a
-// lease cannot be revived.
+// Leaser's default TTL). It fails with ErrExpired once the lease expired,
+// by the database clock or by the holder's local estimate (Err): a lease
+// that is over cannot be revived.
 func (x *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	ttl = cmp.Or(ttl, x.leaser.DefaultTTL())
 	if err := store.ValidateTTL(ttl, x.leaser.maxTTL); err != nil {
+		return fmt.Errorf("sequence: extend %s/%d: %w", x.stream, x.number, err)
+	}
+	// A handle that is over stays over: its holder was told to stop (Done,
+	// Context), so it is not renewed behind that back, even if the
+	// database, whose expiry comes a margin later, would still allow it.
+	if err := x.Err(); err != nil {
+		x.leaser.observer.Extended(ctx, x.stream, x.kind, err)
 		return fmt.Errorf("sequence: extend %s/%d: %w", x.stream, x.number, err)
 	}
 	start := x.leaser.now()
