@@ -9,7 +9,7 @@ COVERPROFILE        := coverage.out
 
 .DEFAULT_GOAL := help
 
-.PHONY: help test demo bench bench-smoke lint cover tidy
+.PHONY: help test soak demo bench bench-smoke lint cover tidy
 
 help: ## Show this list of targets.
 	@echo 'Usage: make <target>'
@@ -23,6 +23,10 @@ MODULES := . examples
 
 test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers).
 	scripts/with-postgres sh -c '$(GO) test -race -count=1 -timeout 15m ./... && cd examples && $(GO) test -race -count=1 -timeout 15m ./...'
+
+soak: ## Run the soak (SOAK=10m): multi-process load with faults on PostgreSQL, then the audit and the load held; then the model-based test long (MODEL_SOAK=5m per backend). SOAKFLAGS=-race adds the race detector.
+	scripts/with-postgres env SEQLEASE_SOAK=$(or $(SOAK),10m) $(GO) test $(SOAKFLAGS) -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/chaos/
+	scripts/with-postgres env SEQLEASE_MODEL_DURATION=$(or $(MODEL_SOAK),5m) $(GO) test $(SOAKFLAGS) -count=1 -v -timeout 0 -run '^TestModel$$' ./internal/model/
 
 demo: ## Run the projection pipeline (faults on) on the in-memory backend; flags in ARGS="-dsn ... -procs 3".
 	cd examples && $(GO) run ./projection $(ARGS)

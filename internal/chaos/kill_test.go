@@ -1,0 +1,76 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/internal/chaos"
+)
+
+// TestKill9 kills worker processes with SIGKILL while they lease, work and
+// commit in order on one stream, each running a cleanup loop: at random
+// moments (from outside, so the victim is wherever it happens to be), at
+// each exact point of an operation (the worker kills itself there: just
+// leased; halfway through its work; inside CommitTx's transaction after the
+// conditional write; after a successful commit, before acknowledging it),
+// and every worker at once. After each fault the pipeline must go on; at
+// the end the ledger, the side rows, the fenced writes and the named-lease
+// history must be clean.
+func TestKill9(t *testing.T) {
+	h := newHarness(t, "kill")
+	require.NoError(t, h.Follow(t.Context()))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+
+	procs := make([]*chaos.Proc, 3)
+	for i := range procs {
+		procs[i] = spawn(t, h, load())
+	}
+	progress(t, h, 20)
+
+	for range 2 {
+		for _, phase := range chaos.Phases {
+			i := rng.IntN(len(procs))
+			procs[i].Kill()
+			h.Fault("kill -9 at a random moment")
+			progress(t, h, 5)
+
+			cfg := load()
+			cfg.Die = fmt.Sprintf("%s@%d", phase, 1+rng.IntN(8))
+			p, err := h.Spawn(cfg)
+			require.NoError(t, err)
+			select {
+			case <-p.Exited():
+			case <-time.After(progressTimeout):
+				t.Fatalf("worker with Die %s still alive", cfg.Die)
+			}
+			require.True(t, p.Killed(), "worker with Die %s: %v", cfg.Die, p.State())
+			h.Fault("kill -9 at " + phase)
+			procs[i] = spawn(t, h, load())
+			progress(t, h, 10)
+		}
+	}
+
+	for _, p := range procs {
+		p.Kill()
+	}
+	h.Fault("kill -9 of every worker at once")
+	ctx, cancel := context.WithTimeout(t.Context(), progressTimeout)
+	defer cancel()
+	v, err := h.Audit(ctx, 0)
+	require.NoError(t, err)
+	require.NoError(t, v.Err(), "with every worker dead")
+	for i := range procs {
+		procs[i] = spawn(t, h, load())
+	}
+	progress(t, h, 20)
+
+	v = finish(t, h)
+	require.Positive(t, v.Ledger.Gaps, "the killed workers' leases became gaps")
+}

@@ -1,0 +1,208 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/internal/chaos"
+	"github.com/seqlease/seqlease/internal/pgtest"
+)
+
+// EnvSoak turns TestSoak on: its value is how long the load runs (a Go
+// duration, e.g. 10m). `make soak` sets it from SOAK.
+const EnvSoak = "SEQLEASE_SOAK"
+
+// Soak settings.
+const (
+	soakSlots      = 4                // worker processes running at a time
+	soakCheckEvery = 30 * time.Second // mid-run audit and progress check
+	// soakMaxUnresolved bounds, in the mid-run audits, how long past its
+	// expiry a lease may stay unresolved: the cleaner's stream lease may
+	// have to expire (1 s) and a cycle run, several times over if faults
+	// keep hitting the cleaners.
+	soakMaxUnresolved = 20 * time.Second
+)
+
+// TestSoak runs multi-process load with faults for $SEQLEASE_SOAK against
+// the test database, then prints the auditor's verdict and the load held;
+// it fails on any violation. Without SEQLEASE_SOAK it is skipped (make test
+// does not run it).
+//
+// Four worker processes at a time (four goroutines each, 1 s leases kept
+// alive, half the commits through CommitTx, 30% of the results recorded for
+// the Retry step, 2% releases, each process cleaning and campaigning for
+// the singleton lease, clocks right, 10 min fast or 10 min slow) lease,
+// work and commit in order on two streams, while every 1-3 s a fault hits:
+// kill -9 of one worker at a random moment, or at an exact point of an
+// operation, or of every worker; pg_terminate_backend of every connection,
+// of the listeners or of the busy ones; SIGSTOP of a worker for 1.5-3 s,
+// past its leases' TTL, then SIGCONT. Every 30 s the streams are audited
+// (I1, I2, I4, I5, I6 with no lease unresolved 20 s past its expiry, the
+// fenced writes and I8) and the pipeline must have progressed.
+func TestSoak(t *testing.T) {
+	d := os.Getenv(EnvSoak)
+	if d == "" {
+		t.Skip("the soak runs only with " + EnvSoak + " set (make soak)")
+	}
+	dur, err := time.ParseDuration(d)
+	require.NoError(t, err, EnvSoak)
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	h, err := chaos.NewHarness(t.Context(), pgtest.URL(), schema, []string{"soak-a", "soak-b"})
+	require.NoError(t, err)
+	t.Cleanup(h.Close)
+	require.NoError(t, h.Follow(t.Context()))
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 0))
+	say := func(format string, args ...any) { fmt.Printf("soak: "+format+"\n", args...) }
+	say("%v on %s (schema %s), streams soak-a and soak-b, %d worker processes at a time, seed %d", dur, redactURL(pgtest.URL()), schema, soakSlots, seed)
+
+	skews := []time.Duration{0, 10 * time.Minute, -10 * time.Minute}
+	config := func() chaos.WorkerConfig {
+		return chaos.WorkerConfig{
+			Concurrency: 4, TTL: time.Second, MaxWork: 20 * time.Millisecond, Interval: 200 * time.Millisecond,
+			TxShare: 0.5, ResultShare: 0.3, ReleaseShare: 0.02, Contend: true, Skew: skews[rng.IntN(len(skews))],
+		}
+	}
+	slots := make([]*chaos.Proc, soakSlots)
+	start := func(i int, cfg chaos.WorkerConfig) {
+		p, err := h.Spawn(cfg)
+		require.NoError(t, err)
+		slots[i] = p
+	}
+	for i := range slots {
+		start(i, config())
+	}
+
+	began := time.Now()
+	end := began.Add(dur)
+	nextCheck := began.Add(soakCheckEvery)
+	lastAcks := int64(0)
+	var violations []string
+	ctx := t.Context()
+	for time.Now().Before(end) {
+		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+		for i, p := range slots { // a worker that ended by itself: killed at its phase, or failed
+			select {
+			case <-p.Exited():
+				if p.Config.Die != "" && p.Killed() {
+					h.Fault("kill -9 of a worker at " + strings.Split(p.Config.Die, "@")[0])
+				}
+				start(i, config())
+			default:
+			}
+		}
+		switch k := rng.IntN(100); {
+		case k < 30:
+			i := rng.IntN(len(slots))
+			slots[i].Kill()
+			h.Fault("kill -9 of a worker at a random moment")
+			start(i, config())
+		case k < 40:
+			i := rng.IntN(len(slots))
+			slots[i].Kill()
+			cfg := config()
+			phase := chaos.Phases[rng.IntN(len(chaos.Phases))]
+			cfg.Die = fmt.Sprintf("%s@%d", phase, 1+rng.IntN(20))
+			start(i, cfg) // it kills itself there soon, and is counted then
+		case k < 43:
+			for i := range slots {
+				slots[i].Kill()
+			}
+			h.Fault("kill -9 of every worker at once")
+			for i := range slots {
+				start(i, config())
+			}
+		case k < 80:
+			target := []string{chaos.TargetAll, chaos.TargetListeners, chaos.TargetBusy}[rng.IntN(3)]
+			if n, err := h.Terminate(ctx, target); err == nil && n > 0 {
+				h.Fault("pg_terminate_backend: " + target)
+			}
+		default:
+			p := slots[rng.IntN(len(slots))]
+			if p.Pause() == nil {
+				h.Fault("SIGSTOP 1.5-3 s (past the TTL), then SIGCONT")
+				time.Sleep(time.Duration(1500+rng.IntN(1500)) * time.Millisecond)
+				require.NoError(t, p.Resume())
+			}
+		}
+		if now := time.Now(); now.After(nextCheck) {
+			nextCheck = now.Add(soakCheckEvery)
+			acks := h.Acks()
+			v, err := h.Audit(ctx, soakMaxUnresolved)
+			switch {
+			case err != nil:
+				say("mid-run audit failed to read (retried at the next check): %v", err)
+			default:
+				violations = append(violations, v.Violations...)
+			}
+			if acks == lastAcks {
+				violations = append(violations, fmt.Sprintf("no progress: no commit acknowledged in the check before %v", now.Sub(began).Round(time.Second)))
+			}
+			say("%v: %d commits acknowledged (%.0f/s in the last check), %d processes, %d faults, %d violations",
+				now.Sub(began).Round(time.Second), acks, float64(acks-lastAcks)/soakCheckEvery.Seconds(), h.Procs(), total(h.Faults()), len(violations))
+			lastAcks = acks
+		}
+	}
+	loadTime := time.Since(began)
+
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if err := h.ShutdownAll(fctx); err != nil {
+		violations = append(violations, err.Error())
+	}
+	violations = append(violations, h.Unexpected()...)
+	require.NoError(t, h.Drain(fctx))
+	h.StopFollow()
+	v, err := h.Verify(fctx, 0)
+	require.NoError(t, err)
+	violations = append(violations, v.Violations...)
+
+	say("load held for %v, then stopped, drained and verified", loadTime.Round(time.Second))
+	fmt.Print(indent(summary(h, v)))
+	c := v.Ledger
+	say("throughput: %.0f entries leased/s, %.0f committed/s (%d acknowledged by the workers: %.0f/s)",
+		float64(c.Entries)/loadTime.Seconds(), float64(c.Committed)/loadTime.Seconds(), h.Acks(), float64(h.Acks())/loadTime.Seconds())
+	if len(violations) == 0 {
+		checks := []string{}
+		for _, r := range v.Audits {
+			checks = append(checks, r.Stream+": "+strings.Join(r.Checks, ", "))
+		}
+		say("verdict: no violation (%s; CommitTx side rows; fenced writes; I8 on %d named-lease events; mid-run audits every %v)",
+			strings.Join(checks, "; "), v.LeaseEvents, soakCheckEvery)
+		return
+	}
+	say("verdict: %d violations", len(violations))
+	for _, x := range violations {
+		say("  %s", x)
+	}
+	t.Fail()
+}
+
+func total(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n  ") + "\n"
+}
+
+// redactURL hides a password in a URL.
+func redactURL(u string) string {
+	if i, j := strings.Index(u, "://"), strings.Index(u, "@"); i >= 0 && j > i {
+		if k := strings.Index(u[i+3:j], ":"); k >= 0 {
+			return u[:i+3+k] + ":xxx" + u[j:]
+		}
+	}
+	return u
+}
