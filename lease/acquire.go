@@ -89,8 +89,9 @@ func (m *Manager) policyTTL(ctx context.Context, name string, requested time.Dur
 	return ttl, nil
 }
 
-// attempt makes one acquire attempt.
-func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
+// attempt makes one acquire attempt; with mark > 0 (a blocking acquire, see
+// waitMark), the backend marks the name wanted if it is held.
+func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, mark time.Duration) (*Lease, error) {
 	if m.isStopping() {
 		return nil, ErrStopped
 	}
@@ -105,8 +106,9 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts) (
 	case opts.MaxRenewals == -1:
 		maxRenewals = 0
 	}
+	req := store.AcquireLeaseRequest{Name: name, Owner: m.owner, TTL: ttl, MaxRenewals: maxRenewals, Wait: mark}
 	start := m.now()
-	g, err := m.store.AcquireLease(ctx, name, m.owner, &store.AcquireLeaseParams{TTL: ttl, MaxRenewals: maxRenewals, NoHistory: m.noHistory})
+	g, err := m.acquireLease(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +168,7 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 	if err := m.checkOpts(name, opts); err != nil {
 		return nil, fmt.Errorf("lease: try acquire %s: %w", quote(name), err)
 	}
-	l, err := m.attempt(ctx, name, opts)
+	l, err := m.attempt(ctx, name, opts, 0)
 	m.observeAcquire(ctx, opts, err)
 	if err != nil {
 		return nil, fmt.Errorf("lease: try acquire %s: %w", quote(name), err)
@@ -255,7 +257,8 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 			return nil, ended(err)
 		}
 		before := m.now()
-		l, err := m.attempt(ctx, name, opts)
+		mark := m.waitMark(name)
+		l, err := m.attempt(ctx, name, opts, mark)
 		if err == nil {
 			acquired = true
 			m.won(name)
@@ -272,6 +275,9 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 			if next := m.sawHeld(ctx, name, w, held, before.Add(after.Sub(before)/2)); next > 0 {
 				pause = min(pause, next) // refresh the announcement in time
 			}
+			if mark == 0 && m.waitMark(name) > 0 {
+				pause = 0 // the lease of this Manager it did not mark for is gone: try again, marking
+			}
 			bo.Reset()
 			if m.testHooks.paused != nil {
 				m.testHooks.paused(name)
@@ -286,6 +292,27 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 			return nil, ended(err)
 		}
 	}
+}
+
+// waitMark returns how long a blocked acquire of name asks the backend to
+// keep the name marked wanted when it finds it held (so that its release
+// notifies: store.AcquireLeaseParams.Wait): longer than the longest pause
+// before the first waiter tries again (a jittered poll, a hand-off grace,
+// a round trip). Zero, no mark, when nobody would hear the notice (the
+// watch does not run) or when this Manager holds the name: its release
+// wakes this process's waiters itself.
+func (m *Manager) waitMark(name string) time.Duration {
+	if !m.watching.Load() {
+		return 0
+	}
+	m.qmu.Lock()
+	mine := m.held[name] != nil
+	m.qmu.Unlock()
+	if mine {
+		return 0
+	}
+	poll := min(m.pollInterval, store.MaxTTL)
+	return min(poll+poll/5+min(m.handoffGrace, store.MaxTTL)+time.Second, store.MaxTTL)
 }
 
 // jitteredPoll returns the poll interval ±20%.
@@ -357,7 +384,7 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 		if wait {
 			l, err = m.acquire(ctx, name, opts)
 		} else {
-			l, err = m.attempt(ctx, name, opts)
+			l, err = m.attempt(ctx, name, opts, 0)
 		}
 		m.observeAcquire(ctx, opts, err)
 		if err != nil {

@@ -76,7 +76,14 @@
 // the name to the next waiter at once; a release elsewhere wakes it through
 // the backend's notice (PostgreSQL NOTIFY, on a listening connection of its
 // own), and a jittered poll (PollInterval, and the holder's expiry) covers
-// lost notices.
+// lost notices. A release sends that notice only when a waiter wants the
+// name: the first waiter of a Manager that finds the name held, other than
+// by a lease of its own Manager (whose release wakes it in process), marks
+// it wanted for a while (longer than its pause before it tries again), in
+// the same statement that finds it held, so a release either sees the mark
+// or came first, and the waiter then takes the name.
+// A release nobody waits for sends nothing (a NOTIFY makes PostgreSQL
+// commit notifying transactions one at a time, cluster-wide).
 //
 // Across processes the hand-off is roughly first come, first served (see
 // fair.go): the first waiter of each process that finds the name held
@@ -89,6 +96,17 @@
 // give a global FIFO, to within the precision of those times (about a
 // round trip). TryAcquire does not queue: it takes a free name at once.
 //
+// # Coalescing
+//
+// Concurrent acquires of a Manager share backend calls, and so do its
+// concurrent releases (see coalesce.go): on PostgreSQL, the acquires that
+// queue while one statement runs go in the next one, each with the outcome
+// it would have had alone, so many goroutines cost a few statements and
+// commits per round rather than one each. A call that finds nothing in
+// flight goes at once, alone; bad input never joins a batch; a caller whose
+// context ends returns at once without failing the others. The memory
+// backend answers in process and is called directly.
+//
 // # Lifecycle and failures
 //
 // New gives a working Manager; Start adds the notice watch and the
@@ -99,6 +117,11 @@
 // dropped). Stop is safe before Start and twice. A Release ends the lease
 // locally (Done, Context) before it frees the name in the backend, so a
 // holder's Context never overlaps the next holder's.
+// On PostgreSQL a release commits without waiting for its WAL flush: after
+// a crash of the database, a release of its last moments may be undone,
+// and the holding then stands until its expiry, as if its holder had
+// crashed; no acquire can have relied on it (an acquire commits durably,
+// and the WAL is flushed in order).
 // A lost connection makes renewals fail and retry until the local deadline,
 // then the lease ends with ErrLost and the Context is cancelled before the
 // backend's expiry. Bad input fails with an error matching

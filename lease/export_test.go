@@ -34,9 +34,24 @@ func OnPaused(m *Manager, f func(name string)) { m.testHooks.paused = f }
 // for an older waiter of another process.
 func OnHolding(m *Manager, f func(name string)) { m.testHooks.holding = f }
 
+// OnFreed makes m call f whenever its watch reports that a holding of
+// name ended. Set it before Start.
+func OnFreed(m *Manager, f func(name string)) { m.testHooks.freed = f }
+
 // OnEnded makes m call f whenever one of its leases ends, right after its
 // Context was cancelled (under the lease's lock: f must not call it).
 func OnEnded(m *Manager, f func(name string, fence int64, err error)) { m.testHooks.ended = f }
 
 // SetListPage sets how many holdings m lists per statement.
 func SetListPage(m *Manager, n int) { m.listPage = n }
+
+// Queued returns how many acquires and releases of m wait for a batch.
+func Queued(m *Manager) (acquires, releases int) {
+	m.acquires.mu.Lock()
+	acquires = len(m.acquires.waiting)
+	m.acquires.mu.Unlock()
+	m.releases.mu.Lock()
+	releases = len(m.releases.waiting)
+	m.releases.mu.Unlock()
+	return acquires, releases
+}

@@ -327,7 +327,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("lease: release %s: %w", quote(l.name), ErrReleased)
 	}
 	if !inDB { // else the keep-alive released it when it gave it up
-		err := l.m.store.ReleaseLease(ctx, l.name, l.owner, l.fence, &store.LeaseOpParams{NoHistory: l.m.noHistory})
+		err := l.m.releaseLease(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
 		if err != nil && !errors.Is(err, ErrReleased) { // ErrReleased: a retry whose first attempt went through
 			return fmt.Errorf("lease: release %s: %w", quote(l.name), err)
 		}

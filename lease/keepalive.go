@@ -218,7 +218,7 @@ func (l *Lease) renewRetrying(ctx context.Context) error {
 func (l *Lease) releaseAfterEnd() {
 	ctx, cancel := context.WithTimeout(context.Background(), l.m.releaseTimeout)
 	defer cancel()
-	err := l.m.store.ReleaseLease(ctx, l.name, l.owner, l.fence, &store.LeaseOpParams{NoHistory: l.m.noHistory})
+	err := l.m.releaseLease(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
 	if err != nil && !errors.Is(err, ErrReleased) {
 		l.m.logger.Warn("lease: release of a lost lease failed; it will expire", slog.String("name", l.name), slog.Any("error", err))
 		return

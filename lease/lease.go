@@ -11,18 +11,20 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seqlease/seqlease/store"
 )
 
 // Store is what a Manager needs of a backend (store/memory, store/postgres).
-// storetest.NamedLeaseStore states the contract.
+// storetest.NamedLeaseStore states the contract. Acquires and releases go
+// through the batch calls (see coalesce.go).
 type Store interface {
 	Now(ctx context.Context) (time.Time, error)
-	AcquireLease(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, error)
+	AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult
 	RenewLease(ctx context.Context, name, owner string, fence int64, p *store.RenewLeaseParams) (store.NamedLease, error)
-	ReleaseLease(ctx context.Context, name, owner string, fence int64, p *store.LeaseOpParams) error
+	ReleaseLeases(ctx context.Context, reqs []store.LeaseHolding, p *store.LeaseBatchParams) []error
 	ForceReleaseLeases(ctx context.Context, owner string, p *store.LeaseOpParams) ([]store.NamedLease, error)
 	CleanupExpiredLeases(ctx context.Context, p *store.CleanupLeasesParams) (int, error)
 	GetLease(ctx context.Context, name string, p *store.LeaseOpParams) (store.NamedLease, error)
@@ -159,8 +161,9 @@ type Config struct {
 	// Default: none, the TTL asked for.
 	TTLPolicy TTLPolicy
 	// QueryTimeout bounds each statement the Manager runs in the
-	// background (maintenance, announcements). Default: DefaultQueryTimeout
-	// (10 s).
+	// background (maintenance, announcements) and each backend call shared
+	// by several acquires or releases (see Manager). Default:
+	// DefaultQueryTimeout (10 s).
 	QueryTimeout time.Duration
 	// ReleaseTimeout bounds the releases of Stop and of the keep-alive
 	// after a lease ended, and how long Stop waits for subscribers to
@@ -200,7 +203,9 @@ type Observer interface {
 }
 
 // Manager acquires, holds and releases named leases for one owner (this
-// process). It is safe for concurrent use.
+// process). It is safe for concurrent use; concurrent acquires (and
+// releases) share backend calls: on PostgreSQL, one statement and one
+// commit for every call that queued while the previous one ran.
 type Manager struct {
 	store            Store
 	owner            string
@@ -246,6 +251,10 @@ type Manager struct {
 	loops   sync.WaitGroup // the leases' keep-alive loops
 	runs    sync.WaitGroup // the calls of Run
 
+	acquires *batcher[store.AcquireLeaseRequest, store.AcquireLeaseResult] // coalesce.go
+	releases *batcher[store.LeaseHolding, error]
+	watching atomic.Bool // the watch of the backend's notices runs
+
 	listPage  int // holdings per ListLeases statement: store.MaxListLimit
 	testHooks testHooks
 }
@@ -258,6 +267,7 @@ type testHooks struct {
 	paused  func(name string)                         // a blocked acquire found name held and waits
 	holding func(name string)                         // the head of name holds back for a rival
 	ended   func(name string, fence int64, err error) // a lease ended (Done closed, Context cancelled)
+	freed   func(name string)                         // the backend noticed that a holding of name ended
 }
 
 // New returns a Manager on s. It returns an error naming the field when cfg
@@ -338,6 +348,7 @@ func New(s Store, cfg *Config) (*Manager, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.newBatchers()
 	return m, nil
 }
 
@@ -360,8 +371,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.started = true
 	ctx, m.cancel = context.WithCancelCause(ctx)
+	m.watching.Store(true)
 	m.wg.Go(func() {
 		err := m.store.WatchLeases(ctx, sink{m})
+		m.watching.Store(false)
 		if err != nil && ctx.Err() == nil {
 			m.logger.Error("lease: watch ended; blocked acquires fall back to polling", slog.Any("error", err))
 		}
@@ -434,6 +447,9 @@ type sink struct{ m *Manager }
 // Manager on name renew now: if an operator force-released it, it learns so
 // at once.
 func (s sink) Freed(name string) {
+	if s.m.testHooks.freed != nil {
+		s.m.testHooks.freed(name)
+	}
 	s.m.wakeHead(name)
 	s.m.qmu.Lock()
 	l := s.m.held[name]

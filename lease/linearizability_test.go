@@ -366,20 +366,23 @@ type doubleGrant struct {
 	n  int
 }
 
-func (s *doubleGrant) AcquireLease(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, error) {
-	l, err := s.Store.AcquireLease(ctx, name, owner, p)
-	var held *store.HeldError
-	if errors.As(err, &held) {
+func (s *doubleGrant) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
+	res := s.Store.AcquireLeases(ctx, reqs, p)
+	for i, r := range res {
+		var held *store.HeldError
+		if !errors.As(r.Err, &held) {
+			continue
+		}
 		s.mu.Lock()
 		s.n++
 		lie := s.n%3 == 0
 		s.mu.Unlock()
 		if lie {
-			return store.NamedLease{Name: name, Owner: owner, Fence: held.Fence + 1, AcquiredAt: held.AsOf,
-				RenewedAt: held.AsOf, ExpiresAt: held.AsOf.Add(p.TTL), AsOf: held.AsOf}, nil
+			res[i] = store.AcquireLeaseResult{Lease: store.NamedLease{Name: reqs[i].Name, Owner: reqs[i].Owner, Fence: held.Fence + 1,
+				AcquiredAt: held.AsOf, RenewedAt: held.AsOf, ExpiresAt: held.AsOf.Add(reqs[i].TTL), AsOf: held.AsOf}}
 		}
 	}
-	return l, err
+	return res
 }
 
 // TestLinearizabilityCheckFindsDoubleGrants runs the workload on a backend

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -29,6 +30,15 @@ import (
 // Every end state is free: the next AcquireLease starts a new holding with
 // Fence+1. The row of a name is kept after its holding ends, so the fence
 // counter survives release, expiry and cleanup.
+//
+// The watchers (WatchLeases) hear of every end by ForceReleaseLeases and
+// CleanupExpiredLeases, but of a ReleaseLease only while the name is wanted:
+// a waiting acquire (AcquireLeaseParams.Wait) that finds the name held marks
+// it wanted for a while, atomically with finding it held, so a release
+// either sees the mark or happened first (and the acquire takes the name).
+// A release nobody waits for sends no notice. AcquireLeases and
+// ReleaseLeases run several acquires or releases at once, each with the
+// outcome the single call would have.
 
 // LeaseEventKind names an event in the life of a holding; the end reasons of
 // a holding are a subset (LeaseReleased, LeaseExpired, LeaseForceReleased).
@@ -91,8 +101,47 @@ type AcquireLeaseParams struct {
 	TTL time.Duration // ExpiresAt = now + TTL
 	// MaxRenewals bounds the renewals of the holding; 0 means no limit.
 	MaxRenewals int
-	NoHistory   bool       // do not record the audit history
-	Now         *time.Time // pins the backend's clock; nil uses its now
+	// Wait, when positive, says that the caller waits for the name if it is
+	// held, and will try again within Wait: the name is then marked wanted
+	// until at least now + Wait (the mark is written, as now + 2×Wait, only
+	// when it would run out sooner), so that the holder's ReleaseLease
+	// notifies the watchers. Zero (a try-acquire) marks nothing: a held name
+	// costs no write. At most MaxTTL.
+	Wait      time.Duration
+	NoHistory bool       // do not record the audit history
+	Now       *time.Time // pins the backend's clock; nil uses its now
+}
+
+// AcquireLeaseRequest is one acquire of AcquireLeases: AcquireLease's
+// arguments.
+type AcquireLeaseRequest struct {
+	Name        string
+	Owner       string
+	TTL         time.Duration
+	MaxRenewals int
+	Wait        time.Duration
+}
+
+// AcquireLeaseResult is the outcome of one acquire of AcquireLeases: the
+// holding AcquireLease would return, or its error.
+type AcquireLeaseResult struct {
+	Lease NamedLease
+	Err   error
+}
+
+// LeaseHolding names a holding (name, owner, fence): one release of
+// ReleaseLeases.
+type LeaseHolding struct {
+	Name  string
+	Owner string
+	Fence int64
+}
+
+// LeaseBatchParams are the options of AcquireLeases and ReleaseLeases,
+// shared by every item. A nil pointer means the defaults.
+type LeaseBatchParams struct {
+	NoHistory bool
+	Now       *time.Time
 }
 
 // RenewLeaseParams are the options of RenewLease. TTL is required.
@@ -171,8 +220,9 @@ func ValidateLeaseWaiter(w LeaseWaiter) error {
 // LeaseSink receives the notices of a backend's WatchLeases. Its methods
 // must not block.
 type LeaseSink interface {
-	// Freed reports that a holding of name ended (released, force-released
-	// or marked expired): the name may be free.
+	// Freed reports that a holding of name ended (force-released, marked
+	// expired, or released while the name was wanted: see
+	// AcquireLeaseParams.Wait): the name may be free.
 	Freed(name string)
 	// Wanted reports a waiter's announcement (AnnounceLeaseWaiter), the
 	// sender's own included.
@@ -320,10 +370,18 @@ func ValidateAcquireLease(name, owner string, p *AcquireLeaseParams) error {
 	if err := ValidateTTL(p.TTL, 0); err != nil {
 		return err
 	}
-	if p.MaxRenewals < 0 {
-		return fmt.Errorf("%w: MaxRenewals %d is negative", ErrInvalidCount, p.MaxRenewals)
+	if p.MaxRenewals < 0 || p.MaxRenewals > math.MaxInt32 {
+		return fmt.Errorf("%w: MaxRenewals %d must be in [0, %d]", ErrInvalidCount, p.MaxRenewals, math.MaxInt32)
+	}
+	if p.Wait < 0 || p.Wait > MaxTTL {
+		return fmt.Errorf("%w: Wait %v must be in [0, %v]", ErrInvalidTTL, p.Wait, MaxTTL)
 	}
 	return nil
+}
+
+// ValidateAcquireLeaseRequest checks one acquire of AcquireLeases.
+func ValidateAcquireLeaseRequest(r AcquireLeaseRequest) error {
+	return ValidateAcquireLease(r.Name, r.Owner, &AcquireLeaseParams{TTL: r.TTL, MaxRenewals: r.MaxRenewals, Wait: r.Wait})
 }
 
 // ValidateRenewLease checks a RenewLease call.

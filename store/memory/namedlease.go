@@ -40,6 +40,9 @@ type namedLeases struct {
 type nameRow struct {
 	mu sync.Mutex
 	l  *store.NamedLease // nil until the first acquire succeeds; AsOf unused
+	// wantedUntil is when the last mark of a waiting acquire runs out: a
+	// release before it tells the watchers (AcquireLeaseParams.Wait).
+	wantedUntil time.Time
 }
 
 // histEvent is a retained event of the history.
@@ -163,7 +166,8 @@ func snapshotLease(l *store.NamedLease, now time.Time) store.NamedLease {
 
 // AcquireLease starts a new holding of name for owner if the name is free:
 // never acquired, or its last holding ended or expired. Otherwise it fails
-// with a *store.HeldError and changes nothing.
+// with a *store.HeldError and changes nothing but the wanted mark
+// (p.Wait).
 func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, error) {
 	if err := store.ValidateAcquireLease(name, owner, p); err != nil {
 		return store.NamedLease{}, fmt.Errorf("acquire lease: %w", err)
@@ -180,6 +184,9 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.A
 	fence := int64(1)
 	if prev != nil {
 		if prev.EndedAt.IsZero() && now.Before(prev.ExpiresAt) {
+			if p.Wait > 0 && r.wantedUntil.Before(now.Add(p.Wait)) {
+				r.wantedUntil = now.Add(2 * p.Wait.Truncate(time.Microsecond))
+			}
 			return store.NamedLease{}, fmt.Errorf("acquire lease: %w", &store.HeldError{
 				Name: name, Owner: prev.Owner, Fence: prev.Fence, ExpiresAt: prev.ExpiresAt, AsOf: now})
 		}
@@ -200,6 +207,20 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.A
 		n.record(l, store.LeaseAcquired, now)
 	}
 	return snapshotLease(l, now), nil
+}
+
+// AcquireLeases runs the acquires of reqs, in order, each as AcquireLease
+// would, and returns their outcomes.
+func (s *Store) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
+	if p == nil {
+		p = &store.LeaseBatchParams{}
+	}
+	out := make([]store.AcquireLeaseResult, len(reqs))
+	for i, r := range reqs {
+		ap := &store.AcquireLeaseParams{TTL: r.TTL, MaxRenewals: r.MaxRenewals, Wait: r.Wait, NoHistory: p.NoHistory, Now: p.Now}
+		out[i].Lease, out[i].Err = s.AcquireLease(ctx, r.Name, r.Owner, ap)
+	}
+	return out
 }
 
 // holding returns the holding (name, owner, fence) with its row locked, or
@@ -262,9 +283,10 @@ func (s *Store) RenewLease(ctx context.Context, name, owner string, fence int64,
 	return snapshotLease(l, now), nil
 }
 
-// ReleaseLease ends the holding (name, owner, fence). A holding that already
-// ended by expiry or force-release, or was superseded, is left alone and
-// nil returned; one its holder released already gets store.ErrReleased.
+// ReleaseLease ends the holding (name, owner, fence), and tells the
+// watchers if the name is wanted. A holding that already ended by expiry or
+// force-release, or was superseded, is left alone and nil returned; one its
+// holder released already gets store.ErrReleased.
 func (s *Store) ReleaseLease(ctx context.Context, name, owner string, fence int64, p *store.LeaseOpParams) error {
 	if p == nil {
 		p = &store.LeaseOpParams{}
@@ -275,30 +297,50 @@ func (s *Store) ReleaseLease(ctx context.Context, name, owner string, fence int6
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("release lease: %w", err)
 	}
+	wanted, err := s.release(name, owner, fence, p)
+	if wanted {
+		s.named.freed(name)
+	}
+	return err
+}
+
+// ReleaseLeases runs the releases of reqs, in order, each as ReleaseLease
+// would, and returns their errors.
+func (s *Store) ReleaseLeases(ctx context.Context, reqs []store.LeaseHolding, p *store.LeaseBatchParams) []error {
+	if p == nil {
+		p = &store.LeaseBatchParams{}
+	}
+	out := make([]error, len(reqs))
+	for i, r := range reqs {
+		out[i] = s.ReleaseLease(ctx, r.Name, r.Owner, r.Fence, &store.LeaseOpParams{NoHistory: p.NoHistory, Now: p.Now})
+	}
+	return out
+}
+
+// release is ReleaseLease after validation; wanted reports a release the
+// watchers must hear of.
+func (s *Store) release(name, owner string, fence int64, p *store.LeaseOpParams) (wanted bool, err error) {
 	n := &s.named
 	r, l, superseded, err := n.holding(name, owner, fence)
 	switch {
 	case superseded:
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("release lease: %w", err)
+		return false, fmt.Errorf("release lease: %w", err)
 	}
+	defer r.mu.Unlock()
 	now := s.clock(p.Now)
 	switch {
 	case l.EndReason == store.LeaseReleased:
-		r.mu.Unlock()
-		return fmt.Errorf("release lease: %w", store.ErrReleased)
+		return false, fmt.Errorf("release lease: %w", store.ErrReleased)
 	case !l.EndedAt.IsZero():
-		r.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	n.end(l, store.LeaseReleased, now)
 	if !p.NoHistory {
 		n.record(l, store.LeaseReleased, now)
 	}
-	r.mu.Unlock()
-	n.freed(name)
-	return nil
+	return now.Before(r.wantedUntil), nil
 }
 
 // ForceReleaseLeases ends every live holding of owner and returns them, by

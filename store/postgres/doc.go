@@ -58,12 +58,15 @@
 //
 // Two more tables hold named leases (package lease): leases, one row per
 // name with its current or last holding and a fence that only grows, and
-// lease_history, the audit trail (namedlease.go). An acquire of a held name
-// is a plain read; a free one is decided by one pipelined batch that locks
-// the row and runs a conditional upsert. CheckFence guards a write in the
-// caller's transaction with the lease's fencing token. Ends of holdings are
-// announced on the schema's channel with the payload "l<TAB>name", and the
-// blocked acquires of package lease announce themselves there too
+// lease_history, the audit trail (namedlease.go). Acquires of several names
+// run in one statement that reads before it writes: a held name costs no
+// write (a waiting acquire only marks it wanted, now and then), a free one
+// is taken by a conditional upsert. Releases of several names run in one
+// statement too, which commits without waiting for its WAL flush.
+// CheckFence guards a write in the caller's transaction with the lease's
+// fencing token. Ends of holdings are announced on the schema's channel
+// with the payload "l<TAB>name" (a release only when the name is wanted),
+// and the blocked acquires of package lease announce themselves there too
 // ("w<TAB>name<TAB>waiter<TAB>since<TAB>fence": a NOTIFY, no table write).
 //
 // # Errors

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seqlease/seqlease/migrations"
@@ -20,26 +22,36 @@ import (
 
 // Named leases live in two tables of the schema: leases (one row per name,
 // its current or last holding) and lease_history (the audit trail). Every
-// decision is one conditional write whose WHERE clause reads the clock;
-// refusals are explained by a read. Acquiring a held name reads before it
-// writes: a plain SELECT finds the holder, so contention costs no write and
-// no WAL flush (a refused INSERT ... ON CONFLICT DO UPDATE would still lock
-// the row, take a transaction id and flush a commit record).
+// decision is one conditional write whose WHERE clause reads the clock.
+// An acquire is one statement that reads before it writes: it inserts (or
+// replaces) a holding only for names its snapshot shows free, so a held name
+// costs no write, no transaction id and no WAL flush (a refused INSERT ...
+// ON CONFLICT DO UPDATE would still lock the row, take a transaction id and
+// flush a commit record). Concurrent acquires (and releases) of several
+// names share one statement (AcquireLeases, ReleaseLeases); a release
+// commits without waiting for its WAL flush (see ReleaseLeases).
 //
 // Ends of holdings are announced on the schema's NOTIFY channel, the one the
-// barrier listens to, with the payload "l<TAB>name"; blocked acquires
-// announce themselves with "w<TAB>name<TAB>waiter<TAB>since<TAB>fence"
-// (since in Unix microseconds by the database's clock, 0 to withdraw). Names
-// and owners hold no control characters, so the tabs are unambiguous. Both
-// are ignored by listeners of resolutions, whose payloads start with "r".
-// A NOTIFY takes a transaction id, but a transaction that wrote nothing else
-// commits without waiting for a WAL flush.
+// barrier listens to, with the payload "l<TAB>name": always by
+// force-releases and the expiry cleanup, and by a release only when a
+// blocked acquire marked the name wanted (wanted_until, see
+// store.AcquireLeaseParams.Wait). A NOTIFY serializes the commits of every
+// notifying transaction in the cluster (PostgreSQL holds a global lock on
+// the notification queue from before the commit record is written until
+// after it is flushed), so a release nobody waits for sends none. Blocked
+// acquires announce themselves with "w<TAB>name<TAB>waiter<TAB>since<TAB>fence"
+// (since in Unix microseconds by the database's clock, 0 to withdraw).
+// Names and owners hold no control characters, so the tabs are unambiguous.
+// Both are ignored by listeners of resolutions, whose payloads start with
+// "r". A NOTIFY takes a transaction id, but a transaction that wrote nothing
+// else commits without waiting for a WAL flush.
 
 // leaseQueries are the named-lease statements of one schema.
 type leaseQueries struct {
-	get, lockRow, acquire, renew, release, forceRelease, cleanup string
-	checkFence, checkFenceTx, listAll, listByOwner               string
-	historyAll, historyByName, trimHistory, announce, listenTo   string
+	get, acquireOne, acquire, acquireWait, renew, releaseOne, release string
+	forceRelease, cleanup, checkFence, checkFenceTx, listAll          string
+	listByOwner, historyAll, historyByName, trimHistory, announce     string
+	listenTo                                                          string
 }
 
 // leaseSQL caches the statements per schema name.
@@ -61,45 +73,49 @@ func leaseQueriesFor(schema string) *leaseQueries {
 SELECT x.t, ` + leaseColumns + `
 FROM (SELECT ` + nowf(2) + ` AS t) x LEFT JOIN {s}.leases l ON l.name = $1`,
 
-		// The decision, sent only when a plain read found the name free: a
-		// pipelined batch, one round trip and one implicit transaction.
-		// lockRow locks the row, so the decide statement that follows sees
-		// it as its upsert will: old is the holding it replaces, recorded as
-		// expired if nobody had ended it. The upsert inserts the name's first
-		// holding, or replaces one that ended or expired. When it replaces,
-		// it compares the row it locked with old (the fence, and whether it
-		// had ended): a row that changed after the statement's snapshot (its
-		// first insert was not yet committed when lockRow ran, so nothing was
-		// locked) is left alone, and the caller reads again. The clock of the
-		// decision and of the new holding is read after the row lock (a
-		// reading taken before a lock wait could predate a release the
-		// upsert then sees). When the name turned out held (a lost race), the
-		// statement returns no grant and the holder it saw. $6 turns the
-		// history on.
-		lockRow: `SELECT 1 FROM {s}.leases WHERE name = $1 FOR UPDATE`,
-		acquire: `
-WITH x AS (SELECT ` + nowf(3) + ` AS t),
-old AS (SELECT owner, fence, expires_at, ended_at FROM {s}.leases WHERE name = $1),
-up AS (
+		// The statements that take arrays read them through a subquery
+		// PostgreSQL does not flatten (OFFSET 0), so that it estimates the
+		// arrays' length alike in custom and generic plans: it then keeps
+		// the generic plan of the prepared statement after five runs,
+		// rather than plan it anew each time (planning costs more than
+		// running it, 0.25 ms against 0.1 ms). Their filter on the
+		// ordinality (always true) makes it expect one item, so that the
+		// plan probes leases by primary key for each name, whatever the
+		// table's size when it was planned. (Expecting ten, it would hash
+		// a sequential scan of a small table, and keep that plan while the
+		// table fills with the dead row versions of churning names; index
+		// probes skip those, and mark them dead for everyone.)
+		acquire:     acquireSQL(false),
+		acquireWait: acquireSQL(true),
+
+		// The acquire of one name that does not wait ($1, the owner $2,
+		// the TTL $3 and MaxRenewals $4): the statement of acquireSQL
+		// without arrays and without the mark, for the most common call,
+		// alone (it costs a tenth less). It returns the same columns.
+		acquireOne: `
+WITH x AS (SELECT ` + nowf(5) + ` AS t),
+o AS (
+	SELECT l.owner, l.fence, l.expires_at, l.ended_at, l.ended_at IS NULL AND l.expires_at > x.t AS held
+	FROM {s}.leases l, x WHERE l.name = $1
+), up AS (
 	INSERT INTO {s}.leases AS l (name, owner, fence, acquired_at, renewed_at, expires_at, renewals, max_renewals)
-	SELECT $1, $2, 1, x.t, x.t, x.t + $4::bigint * interval '1 microsecond', 0, $5 FROM x
+	SELECT $1, $2, 1, x.t, x.t, x.t + $3::bigint * interval '1 microsecond', 0, $4 FROM x
+	WHERE NOT EXISTS (SELECT 1 FROM o WHERE o.held)
 	ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, fence = l.fence + 1,
-		(acquired_at, renewed_at, expires_at) = (SELECT y.t, y.t, y.t + $4::bigint * interval '1 microsecond'
-			FROM (SELECT ` + nowf(3) + ` AS t) y),
+		(acquired_at, renewed_at, expires_at) = (SELECT y.t, y.t, y.t + $3::bigint * interval '1 microsecond'
+			FROM (SELECT ` + nowf(5) + ` AS t) y),
 		renewals = 0, max_renewals = EXCLUDED.max_renewals, ended_at = NULL, end_reason = NULL
-	WHERE l.fence = (SELECT fence FROM old) AND (l.ended_at IS NULL) = (SELECT ended_at IS NULL FROM old)
-		AND (l.ended_at IS NOT NULL OR l.expires_at <= ` + nowf(3) + `)
+	WHERE (l.fence, l.expires_at, l.ended_at IS NULL) = (SELECT o.fence, o.expires_at, o.ended_at IS NULL FROM o)
+		AND (l.ended_at IS NOT NULL OR l.expires_at <= ` + nowf(5) + `)
 	RETURNING l.fence, l.acquired_at, l.expires_at
 ), h AS (
 	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT $1, o.owner, o.fence, 'expired', o.expires_at, o.expires_at FROM up, old o
-	WHERE $6::boolean AND o.ended_at IS NULL
+	SELECT $1, o.owner, o.fence, 'expired', o.expires_at, o.expires_at FROM up, o WHERE $6::boolean AND o.ended_at IS NULL
 	UNION ALL
 	SELECT $1, $2, up.fence, 'acquired', up.acquired_at, up.expires_at FROM up WHERE $6::boolean
 )
-SELECT x.t, up.fence, up.acquired_at, up.expires_at, o.owner, o.fence, o.expires_at,
-	o.ended_at IS NULL AND o.expires_at > x.t
-FROM x LEFT JOIN up ON true LEFT JOIN old o ON true`,
+SELECT 1::bigint, x.t, up.fence, up.acquired_at, up.expires_at, o.owner, o.fence, o.expires_at, o.held IS TRUE, false, false
+FROM x LEFT JOIN up ON true LEFT JOIN o ON true`,
 
 		// Fenced by the exact holding (name, fence, owner); the clock in the
 		// WHERE clause is read again after a row lock wait, and the new
@@ -121,16 +137,45 @@ WITH u AS (
 )
 SELECT acquired_at, renewed_at, expires_at, renewals, max_renewals FROM u`,
 
+		// The releases of distinct names, fenced by the exact holdings;
+		// the NOTIFY only for names a waiter wants. It returns the
+		// ordinals of the released items. With $7, its transaction
+		// commits without waiting for the WAL flush (see ReleaseLeases).
 		release: `
+WITH r AS (
+	SELECT r.* FROM (SELECT $1::text[] AS a, $2::bigint[] AS b, $3::text[] AS c OFFSET 0) p
+	CROSS JOIN unnest(p.a, p.b, p.c) WITH ORDINALITY AS r(name, fence, owner, i)
+	WHERE r.i >= 1 AND r.i <= cardinality(p.a)
+), u AS (
+	UPDATE {s}.leases l SET ended_at = ` + nowf(4) + `, end_reason = 'released'
+	FROM r WHERE l.name = r.name AND l.fence = r.fence AND l.owner = r.owner AND l.ended_at IS NULL
+	RETURNING l.name, l.owner, l.fence, l.ended_at, l.expires_at, l.wanted_until > l.ended_at AS wanted
+), h AS (
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
+	SELECT u.name, u.owner, u.fence, 'released', u.ended_at, u.expires_at FROM u WHERE $5::boolean
+), c AS (
+	SELECT set_config('synchronous_commit', 'off', true) WHERE $7::boolean
+)
+SELECT r.i FROM r JOIN u ON u.name = r.name
+	LEFT JOIN LATERAL (SELECT pg_notify($6, 'l' || chr(9) || u.name) WHERE u.wanted) n ON true
+	LEFT JOIN c ON true`,
+
+		// The release of one holding ($1, $2, $3): the release statement
+		// without arrays, for a call alone. It returns 1 if it released.
+		releaseOne: `
 WITH u AS (
 	UPDATE {s}.leases SET ended_at = ` + nowf(4) + `, end_reason = 'released'
 	WHERE name = $1 AND fence = $2 AND owner = $3 AND ended_at IS NULL
-	RETURNING ended_at, expires_at
+	RETURNING name, owner, fence, ended_at, expires_at, wanted_until > ended_at AS wanted
 ), h AS (
 	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT $1, $3, $2, 'released', u.ended_at, u.expires_at FROM u WHERE $5::boolean
+	SELECT u.name, u.owner, u.fence, 'released', u.ended_at, u.expires_at FROM u WHERE $5::boolean
+), c AS (
+	SELECT set_config('synchronous_commit', 'off', true) WHERE $7::boolean
 )
-SELECT count(*) FROM u, LATERAL pg_notify($6, 'l' || chr(9) || $1) n`,
+SELECT 1::bigint FROM u
+	LEFT JOIN LATERAL (SELECT pg_notify($6, 'l' || chr(9) || u.name) WHERE u.wanted) n ON true
+	LEFT JOIN c ON true`,
 
 		// The clock is read per row, after its lock.
 		forceRelease: `
@@ -204,13 +249,76 @@ DELETE FROM {s}.lease_history h USING d WHERE h.id = d.id`,
 
 		listenTo: `LISTEN ` + s,
 	}
-	for _, p := range []*string{&q.get, &q.lockRow, &q.acquire, &q.renew, &q.release, &q.forceRelease, &q.cleanup,
+	for _, p := range []*string{&q.get, &q.acquireOne, &q.acquire, &q.acquireWait, &q.renew, &q.releaseOne, &q.release, &q.forceRelease, &q.cleanup,
 		&q.checkFence, &q.checkFenceTx, &q.listAll, &q.listByOwner, &q.historyAll, &q.historyByName,
 		&q.trimHistory} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	actual, _ := leaseSQL.LoadOrStore(schema, q)
 	return actual.(*leaseQueries)
+}
+
+// acquireSQL returns the acquires of distinct names ($1), in one
+// statement. r reads each name's holding in the statement's snapshot (o_*).
+// For the names it shows free, the upsert inserts the first holding, or
+// replaces one that ended or expired, with the clock read again after the
+// row lock (a reading taken before a lock wait could predate a release the
+// upsert then sees). When it replaces, it compares the row it locked with
+// the snapshot (fence, expiry, ended or not): a row that changed in between
+// (a concurrent first insert, a takeover, a late renewal) is left alone,
+// and the caller reads again; so the holding recorded as expired is exactly
+// the one replaced. For the names the snapshot shows held, nothing is
+// written, except, with mark, the wanted mark of a waiting acquire ($5 > 0)
+// whose mark would run out within $5: mark re-checks, on the row it locks,
+// that the holding is still live, so a release either committed before
+// (mark updates nothing, and the caller reads again) or sees the mark and
+// notifies. Without mark (no acquire of the statement waits) the mark is a
+// CTE of no rows, and the statement has no UPDATE to set up: a try-acquire
+// costs a little less. $7 turns the history on.
+func acquireSQL(mark bool) string {
+	m := `SELECT NULL::text AS name, NULL::text AS owner, NULL::bigint AS fence, NULL::timestamptz AS expires_at WHERE false`
+	if mark {
+		m = `
+	UPDATE {s}.leases l SET wanted_until = x.t + 2 * r.wait * interval '1 microsecond'
+	FROM r, x
+	WHERE l.name = r.name AND r.held AND r.wait > 0
+		AND (l.wanted_until IS NULL OR l.wanted_until < x.t + r.wait * interval '1 microsecond')
+		AND l.ended_at IS NULL AND l.expires_at > ` + nowf(6) + `
+	RETURNING l.name, l.owner, l.fence, l.expires_at`
+	}
+	return `WITH x AS (SELECT ` + nowf(6) + ` AS t),
+r AS (
+	SELECT r.name, r.owner, r.ttl, r.max_renewals, r.wait, r.i, l.owner AS o_owner, l.fence AS o_fence,
+		l.expires_at AS o_expires, l.ended_at AS o_ended, l.wanted_until AS o_wanted,
+		l.ended_at IS NULL AND l.expires_at > x.t AS held
+	FROM (SELECT $1::text[] AS a, $2::text[] AS b, $3::bigint[] AS c, $4::integer[] AS d, $5::bigint[] AS e OFFSET 0) p
+	CROSS JOIN unnest(p.a, p.b, p.c, p.d, p.e) WITH ORDINALITY AS r(name, owner, ttl, max_renewals, wait, i)
+	CROSS JOIN x LEFT JOIN {s}.leases l ON l.name = r.name
+	WHERE r.i >= 1 AND r.i <= cardinality(p.a)
+), up AS (
+	INSERT INTO {s}.leases AS l (name, owner, fence, acquired_at, renewed_at, expires_at, renewals, max_renewals)
+	SELECT r.name, r.owner, 1, x.t, x.t, x.t + r.ttl * interval '1 microsecond', 0, r.max_renewals
+	FROM r, x WHERE r.held IS NOT TRUE ORDER BY r.name
+	ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, fence = l.fence + 1,
+		(acquired_at, renewed_at, expires_at) = (SELECT y.t, y.t, y.t + q.ttl * interval '1 microsecond'
+			FROM (SELECT ` + nowf(6) + ` AS t) y, r q WHERE q.name = l.name),
+		renewals = 0, max_renewals = EXCLUDED.max_renewals, ended_at = NULL, end_reason = NULL
+	WHERE (l.fence, l.expires_at, l.ended_at IS NULL) = (SELECT q.o_fence, q.o_expires, q.o_ended IS NULL FROM r q WHERE q.name = l.name)
+		AND (l.ended_at IS NOT NULL OR l.expires_at <= ` + nowf(6) + `)
+	RETURNING l.name, l.fence, l.acquired_at, l.expires_at
+), mark AS (` + m + `
+), h AS (
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
+	SELECT r.name, r.o_owner, r.o_fence, 'expired', r.o_expires, r.o_expires FROM up JOIN r ON r.name = up.name
+	WHERE $7::boolean AND r.o_fence IS NOT NULL AND r.o_ended IS NULL
+	UNION ALL
+	SELECT up.name, r.owner, up.fence, 'acquired', up.acquired_at, up.expires_at FROM up JOIN r ON r.name = up.name
+	WHERE $7::boolean
+)
+SELECT r.i, x.t, up.fence, up.acquired_at, up.expires_at, COALESCE(m.owner, r.o_owner),
+	COALESCE(m.fence, r.o_fence), COALESCE(m.expires_at, r.o_expires), r.held IS TRUE, m.name IS NOT NULL,
+	r.wait > 0 AND (r.o_wanted IS NULL OR r.o_wanted < x.t + r.wait * interval '1 microsecond')
+FROM r CROSS JOIN x LEFT JOIN up ON up.name = r.name LEFT JOIN mark m ON m.name = r.name`
 }
 
 // lq returns the named-lease statements of s's schema (its NOTIFY channel
@@ -250,78 +358,174 @@ func (s *Store) getLease(ctx context.Context, name string, now *time.Time) (stor
 	return l, found, err
 }
 
+// maxLeaseStatement is the most acquires or releases one statement of
+// AcquireLeases or ReleaseLeases carries; more take more statements.
+const maxLeaseStatement = 100
+
 // AcquireLease starts a new holding of name for owner if the name is free:
 // never acquired, or its last holding ended or expired. Otherwise it fails
-// with a *store.HeldError, having only read: a plain SELECT finds the
-// holder. When the read finds the name free, one pipelined batch locks the
-// row and decides with a conditional upsert, so two racing acquirers cannot
-// both win, and the loser learns who won.
+// with a *store.HeldError, having written nothing (but the wanted mark,
+// p.Wait): one statement reads before it writes (see the acquire query).
 func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, error) {
 	if err := store.ValidateAcquireLease(name, owner, p); err != nil {
 		return store.NamedLease{}, fmt.Errorf("acquire lease: %w", err)
 	}
-	for range maxAttempts {
-		cur, _, err := s.getLease(ctx, name, p.Now)
-		if err != nil {
-			return store.NamedLease{}, interpretError("acquire lease", err)
+	r := s.AcquireLeases(ctx, []store.AcquireLeaseRequest{{Name: name, Owner: owner, TTL: p.TTL, MaxRenewals: p.MaxRenewals, Wait: p.Wait}},
+		&store.LeaseBatchParams{NoHistory: p.NoHistory, Now: p.Now})
+	return r[0].Lease, r[0].Err
+}
+
+// AcquireLeases runs the acquires of reqs, each with the outcome
+// AcquireLease would have, in as few statements as it can: one for up to
+// maxLeaseStatement distinct names (a name asked for twice is decided
+// again in a later statement, after the first). A request with bad input
+// fails alone. An acquire that lost a race to a concurrent change of its
+// row is read again, in the next statement.
+func (s *Store) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
+	if p == nil {
+		p = &store.LeaseBatchParams{}
+	}
+	out := make([]store.AcquireLeaseResult, len(reqs))
+	var todo []int
+	for i, r := range reqs {
+		if err := store.ValidateAcquireLeaseRequest(r); err != nil {
+			out[i].Err = fmt.Errorf("acquire lease: %w", err)
+			continue
 		}
-		if cur.Held() {
-			return store.NamedLease{}, fmt.Errorf("acquire lease: %w", heldError(cur))
+		todo = append(todo, i)
+	}
+	rounds(todo, func(i int) string { return reqs[i].Name }, func(round []int) ([]int, error) {
+		return s.acquireRound(ctx, reqs, round, p, out)
+	}, func(i int, err error) {
+		if err == nil {
+			err = fmt.Errorf("%q kept changing under concurrent writers", reqs[i].Name)
 		}
-		l, held, err := s.decide(ctx, name, owner, p)
+		out[i].Err = interpretError("acquire lease", err)
+	})
+	return out
+}
+
+// rounds runs the items of todo through run, in statements of distinct
+// names (name(i)) of at most maxLeaseStatement items; run returns the items
+// to try again. An item tried maxAttempts times, or every item left when
+// run fails, is given up (fail, with run's error or nil). A deadlock or
+// serialization failure of a statement of several items is retried with
+// one item per statement: a statement of several rows may meet a
+// concurrent one in a lock order that neither would alone.
+func rounds(todo []int, name func(int) string, run func(round []int) (retry []int, err error), fail func(i int, err error)) {
+	tries := map[int]int{}
+	size := maxLeaseStatement
+	for len(todo) > 0 {
+		round, rest := nextRound(todo, name, size)
+		retry, err := run(round)
 		switch {
+		case err != nil && isConflict(err) && len(round) > 1:
+			size, retry = 1, round
 		case err != nil:
-			return store.NamedLease{}, interpretError("acquire lease", err)
-		case held != nil:
-			return store.NamedLease{}, fmt.Errorf("acquire lease: %w", held)
-		case l.Fence != 0:
-			return l, nil
+			for _, i := range todo {
+				fail(i, err)
+			}
+			return
 		}
-		// Lost a race to a first holding inserted concurrently: read it.
+		var again []int
+		for _, i := range retry {
+			if tries[i]++; tries[i] == maxAttempts {
+				fail(i, nil)
+				continue
+			}
+			again = append(again, i)
+		}
+		todo = append(again, rest...)
 	}
-	return store.NamedLease{}, fmt.Errorf("acquire lease: %q kept changing under concurrent writers", name)
 }
 
-func heldError(cur store.NamedLease) *store.HeldError {
-	return &store.HeldError{Name: cur.Name, Owner: cur.Owner, Fence: cur.Fence, ExpiresAt: cur.ExpiresAt, AsOf: cur.AsOf}
+// nextRound splits todo into the first items of distinct names, at most max
+// of them, and the rest, both in order.
+func nextRound(todo []int, name func(int) string, max int) (round, rest []int) {
+	seen := make(map[string]bool, min(len(todo), max))
+	for _, i := range todo {
+		if n := name(i); len(round) < max && !seen[n] {
+			seen[n] = true
+			round = append(round, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	return round, rest
 }
 
-// decide runs the lock and the conditional upsert in one batch. It returns
-// the grant, or the holder that won, or neither when the row changed after
-// the statement's snapshot (its first holding was being inserted
-// concurrently): the caller reads again.
-func (s *Store) decide(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, *store.HeldError, error) {
-	b := &pgx.Batch{}
-	b.Queue(s.lq().lockRow, name)
-	b.Queue(s.lq().acquire, name, owner, p.Now, p.TTL.Microseconds(), p.MaxRenewals, !p.NoHistory)
-	br := s.db.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return store.NamedLease{}, nil, err
+// isConflict reports a deadlock or a serialization failure.
+func isConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// acquireRound runs one acquire statement for the items round of reqs
+// (distinct names) and sets their outcomes in out, except for those it
+// returns: their rows changed under the statement, and they must be read
+// again.
+func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireLeaseRequest, round []int, p *store.LeaseBatchParams, out []store.AcquireLeaseResult) ([]int, error) {
+	n := len(round)
+	names, owners := make([]string, n), make([]string, n)
+	ttls, waits := make([]int64, n), make([]int64, n)
+	maxRenewals := make([]int32, n)
+	for k, i := range round {
+		r := reqs[i]
+		names[k], owners[k], ttls[k], waits[k], maxRenewals[k] = r.Name, r.Owner, r.TTL.Microseconds(), r.Wait.Microseconds(), int32(r.MaxRenewals)
 	}
-	var (
-		now               time.Time
-		fence             *int64
-		acquired, expires *time.Time
-		holder            *string
-		holderFence       *int64
-		holderExpires     *time.Time
-		holderLive        *bool
-	)
-	if err := br.QueryRow().Scan(&now, &fence, &acquired, &expires, &holder, &holderFence, &holderExpires, &holderLive); err != nil {
-		return store.NamedLease{}, nil, err
-	}
-	if err := br.Close(); err != nil {
-		return store.NamedLease{}, nil, err
-	}
+	var rows pgx.Rows
+	var err error
 	switch {
-	case fence != nil:
-		return store.NamedLease{Name: name, Owner: owner, Fence: *fence, AcquiredAt: *acquired, RenewedAt: *acquired,
-			ExpiresAt: *expires, MaxRenewals: p.MaxRenewals, AsOf: *acquired}, nil, nil
-	case holderLive != nil && *holderLive:
-		return store.NamedLease{}, &store.HeldError{Name: name, Owner: *holder, Fence: *holderFence, ExpiresAt: *holderExpires, AsOf: now}, nil
+	case slices.ContainsFunc(waits, func(w int64) bool { return w > 0 }):
+		rows, err = s.db.Query(ctx, s.lq().acquireWait, names, owners, ttls, maxRenewals, waits, p.Now, !p.NoHistory)
+	case n == 1:
+		rows, err = s.db.Query(ctx, s.lq().acquireOne, names[0], owners[0], ttls[0], maxRenewals[0], p.Now, !p.NoHistory)
+	default:
+		rows, err = s.db.Query(ctx, s.lq().acquire, names, owners, ttls, maxRenewals, waits, p.Now, !p.NoHistory)
 	}
-	return store.NamedLease{}, nil, nil
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	res := make([]store.AcquireLeaseResult, n)
+	var retry []int
+	for rows.Next() {
+		var (
+			k                      int64
+			now                    time.Time
+			fence, holderFence     *int64
+			acquired, expires      *time.Time
+			holder                 *string
+			holderExpires          *time.Time
+			held, marked, needMark bool
+		)
+		if err := rows.Scan(&k, &now, &fence, &acquired, &expires, &holder, &holderFence, &holderExpires, &held, &marked, &needMark); err != nil {
+			return nil, err
+		}
+		i := round[k-1]
+		r := reqs[i]
+		switch {
+		case fence != nil:
+			res[k-1].Lease = store.NamedLease{Name: r.Name, Owner: r.Owner, Fence: *fence, AcquiredAt: *acquired,
+				RenewedAt: *acquired, ExpiresAt: *expires, MaxRenewals: r.MaxRenewals, AsOf: *acquired}
+		case held && (marked || !needMark):
+			res[k-1].Err = fmt.Errorf("acquire lease: %w", &store.HeldError{Name: r.Name, Owner: *holder, Fence: *holderFence,
+				ExpiresAt: *holderExpires, AsOf: now})
+		default:
+			// Lost a race to a concurrent change of the row (a first
+			// insert, a takeover; or a release before the mark): read it.
+			retry = append(retry, i)
+		}
+	}
+	if err := rows.Err(); err != nil { // the statement, or its commit, failed: nothing happened
+		return nil, err
+	}
+	for k, i := range round {
+		if !slices.Contains(retry, i) {
+			out[i] = res[k]
+		}
+	}
+	return retry, nil
 }
 
 // RenewLease moves the expiry of a live holding to now + p.TTL and counts a
@@ -378,42 +582,110 @@ func refusal(cur store.NamedLease, found bool, owner string, fence int64) error 
 	return nil
 }
 
-// ReleaseLease ends the holding (name, owner, fence) and announces it. A
-// holding that already ended by expiry or force-release, or was superseded,
-// is left alone and nil returned; one its holder released already gets
-// store.ErrReleased.
+// ReleaseLease ends the holding (name, owner, fence), and announces it if
+// a waiter wants the name. A holding that already ended by expiry or
+// force-release, or was superseded, is left alone and nil returned; one its
+// holder released already gets store.ErrReleased.
 func (s *Store) ReleaseLease(ctx context.Context, name, owner string, fence int64, p *store.LeaseOpParams) error {
 	if p == nil {
 		p = &store.LeaseOpParams{}
 	}
-	if err := store.ValidateHoldingOf(name, owner, fence); err != nil {
-		return fmt.Errorf("release lease: %w", err)
+	return s.ReleaseLeases(ctx, []store.LeaseHolding{{Name: name, Owner: owner, Fence: fence}},
+		&store.LeaseBatchParams{NoHistory: p.NoHistory, Now: p.Now})[0]
+}
+
+// ReleaseLeases runs the releases of reqs, each with the outcome
+// ReleaseLease would have, in one statement for up to maxLeaseStatement
+// distinct names (a holding named twice is released by the first). A
+// request with bad input fails alone; a holding the statement did not
+// release is read to tell why (or released again, if it changed under the
+// statement).
+//
+// The statement commits without waiting for its WAL flush
+// (synchronous_commit off for its transaction alone; not when the Store
+// runs in the caller's transaction, which commits as its caller chooses).
+// A release lost to a crash of the database within the next few hundred
+// milliseconds leaves its holding to expire, as if its holder had crashed;
+// no acquire can have relied on it: an acquire commits durably, and the
+// flush of its commit record flushes every earlier one.
+func (s *Store) ReleaseLeases(ctx context.Context, reqs []store.LeaseHolding, p *store.LeaseBatchParams) []error {
+	if p == nil {
+		p = &store.LeaseBatchParams{}
 	}
-	for range maxAttempts {
-		var released int
-		err := s.db.QueryRow(ctx, s.lq().release, name, fence, owner, p.Now, !p.NoHistory, s.channel).Scan(&released)
+	out := make([]error, len(reqs))
+	var todo []int
+	for i, r := range reqs {
+		if err := store.ValidateHoldingOf(r.Name, r.Owner, r.Fence); err != nil {
+			out[i] = fmt.Errorf("release lease: %w", err)
+			continue
+		}
+		todo = append(todo, i)
+	}
+	rounds(todo, func(i int) string { return reqs[i].Name }, func(round []int) ([]int, error) {
+		return s.releaseRound(ctx, reqs, round, p, out)
+	}, func(i int, err error) {
+		if err == nil {
+			err = fmt.Errorf("%q kept changing under concurrent writers", reqs[i].Name)
+		}
+		out[i] = interpretError("release lease", err)
+	})
+	return out
+}
+
+// releaseRound runs one release statement for the items round of reqs
+// (distinct names), and explains those it did not release in out, except
+// those it returns: still live holdings of the caller, which changed under
+// the statement and must be released again.
+func (s *Store) releaseRound(ctx context.Context, reqs []store.LeaseHolding, round []int, p *store.LeaseBatchParams, out []error) ([]int, error) {
+	n := len(round)
+	names, owners := make([]string, n), make([]string, n)
+	fences := make([]int64, n)
+	for k, i := range round {
+		names[k], owners[k], fences[k] = reqs[i].Name, reqs[i].Owner, reqs[i].Fence
+	}
+	_, inTx := s.db.(pgx.Tx) // the caller's transaction commits as it chooses
+	var rows pgx.Rows
+	var err error
+	if n == 1 {
+		rows, err = s.db.Query(ctx, s.lq().releaseOne, names[0], fences[0], owners[0], p.Now, !p.NoHistory, s.channel, !inTx)
+	} else {
+		rows, err = s.db.Query(ctx, s.lq().release, names, fences, owners, p.Now, !p.NoHistory, s.channel, !inTx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	released := make([]bool, n)
+	var k int64
+	_, err = pgx.ForEachRow(rows, []any{&k}, func() error {
+		released[k-1] = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var retry []int
+	for k, i := range round {
+		if released[k] {
+			continue
+		}
+		r := reqs[i]
+		cur, found, err := s.getLease(ctx, r.Name, p.Now)
 		if err != nil {
-			return interpretError("release lease", err)
+			out[i] = interpretError("release lease", err)
+			continue
 		}
-		if released == 1 {
-			return nil
-		}
-		cur, found, err := s.getLease(ctx, name, p.Now)
-		if err != nil {
-			return interpretError("release lease", err)
-		}
-		switch err := refusal(cur, found, owner, fence); {
-		case found && fence < cur.Fence:
-			return nil // superseded: that holding is long over
+		switch err := refusal(cur, found, r.Owner, r.Fence); {
+		case found && r.Fence < cur.Fence: // superseded: that holding is long over
 		case err != nil:
-			return fmt.Errorf("release lease: %w", err)
+			out[i] = fmt.Errorf("release lease: %w", err)
 		case cur.EndReason == store.LeaseReleased:
-			return fmt.Errorf("release lease: %w", store.ErrReleased)
+			out[i] = fmt.Errorf("release lease: %w", store.ErrReleased)
 		case !cur.EndedAt.IsZero():
-			return nil
+		default:
+			retry = append(retry, i)
 		}
 	}
-	return fmt.Errorf("release lease: %q kept changing under concurrent writers", name)
+	return retry, nil
 }
 
 // ForceReleaseLeases ends every live holding of owner (a crashed agent's) and

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/internal/pgtest"
@@ -30,7 +31,8 @@ func xid(t *testing.T, tx pgx.Tx) *string {
 // transaction without a transaction id, so it wrote nothing, locked no row,
 // and its commit would cost no WAL flush. (A refused INSERT ... ON CONFLICT
 // DO UPDATE would have locked the row and taken one.) The control, an
-// acquire of a free name, does take one.
+// acquire of a free name, does take one. A waiting acquire (Wait) writes
+// its wanted mark once, not at every try.
 func TestAcquireOfHeldNameReadsBeforeItWrites(t *testing.T) {
 	t.Parallel()
 	for _, simple := range []bool{false, true} {
@@ -60,6 +62,21 @@ func TestAcquireOfHeldNameReadsBeforeItWrites(t *testing.T) {
 			_, err = txs.AcquireLease(ctx, "free", "bob", &store.AcquireLeaseParams{TTL: time.Minute})
 			require.NoError(t, err)
 			require.NotNil(t, xid(t, tx), "control: an acquire that wins writes")
+			require.NoError(t, tx.Rollback(ctx))
+
+			// A waiting acquire writes its mark, then nothing while the
+			// mark lasts.
+			wait := &store.AcquireLeaseParams{TTL: time.Minute, Wait: time.Minute}
+			for i, writes := range []bool{true, false, false} {
+				tx, err := pool.Begin(ctx)
+				require.NoError(t, err)
+				txs, err := postgres.New(tx, &postgres.Config{Schema: schema})
+				require.NoError(t, err)
+				_, err = txs.AcquireLease(ctx, "held", "bob", wait)
+				require.ErrorIs(t, err, store.ErrHeld)
+				require.Equal(t, writes, xid(t, tx) != nil, "waiting acquire %d", i)
+				require.NoError(t, tx.Commit(ctx))
+			}
 		})
 	}
 }
@@ -180,4 +197,102 @@ func TestCheckFenceHoldsOffATakeover(t *testing.T) {
 	got, err := s.GetLease(ctx, "job", nil)
 	require.NoError(t, err)
 	require.Equal(t, "bob", got.Owner)
+}
+
+// waitingForLock waits until a statement on schema's leases waits for a row
+// lock.
+func waitingForLock(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%leases%'`, schema).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, 10*time.Second, time.Millisecond)
+}
+
+// freedSink passes on the names of Freed notices, and the Resets.
+type freedSink struct{ freed, reset chan string }
+
+func (s freedSink) Freed(name string)          { s.freed <- name }
+func (s freedSink) Wanted(w store.LeaseWaiter) {}
+func (s freedSink) Reset()                     { s.reset <- "reset" }
+
+// TestAWaiterAndAReleaseCannotMissEachOther forces both orders of the race
+// between a waiting acquire's mark and the holder's release, by holding one
+// side's row lock in a transaction while the other runs. A release that
+// commits while the mark waits for its lock: the mark sees the name ended
+// and the waiter takes it. A mark that commits while the release waits: the
+// release sees the mark and notifies.
+func TestAWaiterAndAReleaseCannotMissEachOther(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	wait := &store.AcquireLeaseParams{TTL: time.Minute, Wait: time.Minute}
+
+	t.Run("the release commits while the mark waits for the row", func(t *testing.T) {
+		l, err := s.AcquireLease(ctx, "first", "holder", &store.AcquireLeaseParams{TTL: time.Hour})
+		require.NoError(t, err)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		txs, err := postgres.New(tx, &postgres.Config{Schema: schema})
+		require.NoError(t, err)
+		require.NoError(t, txs.ReleaseLease(ctx, "first", "holder", l.Fence, nil))
+		var syncCommit string
+		require.NoError(t, tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&syncCommit))
+		require.Equal(t, "on", syncCommit, "a release in the caller's transaction leaves its durability alone")
+
+		type result struct {
+			l   store.NamedLease
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := s.AcquireLease(ctx, "first", "waiter", wait)
+			got <- result{l, err}
+		}()
+		waitingForLock(t, pool, schema)
+		require.NoError(t, tx.Commit(ctx))
+		r := <-got
+		require.NoError(t, r.err, "the waiter must see the release it waited behind")
+		require.Equal(t, []any{"waiter", l.Fence + 1}, []any{r.l.Owner, r.l.Fence})
+	})
+
+	t.Run("the mark commits while the release waits for the row", func(t *testing.T) {
+		wctx, stop := context.WithCancel(ctx)
+		sink := freedSink{freed: make(chan string, 10), reset: make(chan string, 10)}
+		watched := make(chan error, 1)
+		go func() { watched <- s.WatchLeases(wctx, sink) }()
+		defer func() {
+			stop()
+			<-watched
+		}()
+		<-sink.reset // listening
+		l, err := s.AcquireLease(ctx, "second", "holder", &store.AcquireLeaseParams{TTL: time.Hour})
+		require.NoError(t, err)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		txs, err := postgres.New(tx, &postgres.Config{Schema: schema})
+		require.NoError(t, err)
+		_, err = txs.AcquireLease(ctx, "second", "waiter", wait)
+		require.ErrorIs(t, err, store.ErrHeld)
+		require.NotNil(t, xid(t, tx), "the waiter marked the name")
+
+		released := make(chan error, 1)
+		go func() { released <- s.ReleaseLease(ctx, "second", "holder", l.Fence, nil) }()
+		waitingForLock(t, pool, schema)
+		require.NoError(t, tx.Commit(ctx))
+		require.NoError(t, <-released)
+		select {
+		case name := <-sink.freed:
+			require.Equal(t, "second", name)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the release after the mark sent no notice")
+		}
+	})
 }

@@ -33,8 +33,19 @@ type NamedLeaseStore interface {
 	// before the new one is recorded as acquired. When another holding is
 	// live it fails with a *store.HeldError (matching store.ErrHeld) that
 	// tells the holder, whoever asks (its own owner too), and changes
-	// nothing; on PostgreSQL it does not even write.
+	// nothing; on PostgreSQL it does not even write. With p.Wait > 0 it
+	// marks the held name wanted instead, until at least now + p.Wait and
+	// at most now + 2×p.Wait, writing only when the mark would run out
+	// before now + p.Wait. A mark is never lost to a concurrent release:
+	// either the release sees it (and notifies), or the acquire sees the
+	// release (and takes the name).
 	AcquireLease(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, error)
+
+	// AcquireLeases runs several acquires, each with the outcome
+	// AcquireLease would have (in the order of reqs for a name asked for
+	// twice), sharing statements: one result per request, in order. Bad
+	// input fails its own request only.
+	AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult
 
 	// RenewLease sets ExpiresAt = now + p.TTL of the holding (name, owner,
 	// fence) and counts a renewal; the fence stays. Refusals change
@@ -45,14 +56,21 @@ type NamedLeaseStore interface {
 	RenewLease(ctx context.Context, name, owner string, fence int64, p *store.RenewLeaseParams) (store.NamedLease, error)
 
 	// ReleaseLease ends the holding (name, owner, fence) at now with reason
-	// released and notifies the watchers, even after its expiry as long as
-	// nothing else ended it. A holding that ended otherwise (marked
+	// released, even after its expiry as long as nothing else ended it, and
+	// notifies the watchers if the name is wanted at now (see
+	// AcquireLease); else it sends no notice. A holding that ended otherwise (marked
 	// expired, force-released) or was superseded is left alone and nil is
 	// returned: a release is safe after expiry and never touches a newer
 	// holding. Refusals change nothing: store.ErrReleased (released
 	// already), store.ErrNotHolder (unknown name, another owner, a fence
 	// never issued).
 	ReleaseLease(ctx context.Context, name, owner string, fence int64, p *store.LeaseOpParams) error
+
+	// ReleaseLeases runs several releases, each with the outcome
+	// ReleaseLease would have (in the order of reqs for a holding named
+	// twice), sharing statements: one error per request, in order. Bad
+	// input fails its own request only.
+	ReleaseLeases(ctx context.Context, reqs []store.LeaseHolding, p *store.LeaseBatchParams) []error
 
 	// ForceReleaseLeases ends every live holding of owner (not ended,
 	// now < ExpiresAt) with reason force-released and returns them by name,
@@ -92,9 +110,10 @@ type NamedLeaseStore interface {
 	TrimLeaseHistory(ctx context.Context, before time.Time, limit int) (int64, error)
 
 	// WatchLeases reports to sink, until ctx ends, every end of a holding
-	// made by ReleaseLease, ForceReleaseLeases and CleanupExpiredLeases
-	// (Freed), and every AnnounceLeaseWaiter (Wanted); acquisitions and
-	// renewals are not reported. It calls sink.Reset when it starts
+	// made by ForceReleaseLeases and CleanupExpiredLeases, and by
+	// ReleaseLease of a wanted name (Freed), and every AnnounceLeaseWaiter
+	// (Wanted); acquisitions, renewals and releases nobody waits for are
+	// not reported. It calls sink.Reset when it starts
 	// listening and whenever it may have missed notices. It returns ctx's
 	// error.
 	WatchLeases(ctx context.Context, sink store.LeaseSink) error
@@ -124,6 +143,8 @@ func RunNamedLeases(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 		{"Fencing", testNamedFencing},
 		{"History", testNamedHistory},
 		{"Watch", testNamedWatch},
+		{"Wanted", testNamedWanted},
+		{"Batch", testNamedBatch},
 		{"Concurrency", testNamedConcurrency},
 		{"BadInput", testNamedBadInput},
 	}

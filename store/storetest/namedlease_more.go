@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -68,7 +69,7 @@ func (r *leaseNotices) next(t *testing.T) string {
 }
 
 func testNamedWatch(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
-	t.Run("ends of holdings and waiters are reported, acquisitions and renewals not", func(t *testing.T) {
+	t.Run("ends of holdings and waiters are reported; acquisitions, renewals and unwanted releases not", func(t *testing.T) {
 		b := nlSetup(t, newStore)
 		sink := newLeaseNotices()
 		ctx, cancel := context.WithCancel(b.ctx)
@@ -80,11 +81,12 @@ func testNamedWatch(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 		}()
 		require.Equal(t, "reset", sink.next(t))
 
+		// Nobody waits for n1: its release sends no notice (the next one
+		// is the announcement below).
 		n1 := b.name("-1")
 		l := b.acquire(n1, "alice", 0, time.Minute)
 		l = b.renew(l, time.Second, time.Minute)
 		b.release(l, 2*time.Second)
-		require.Equal(t, "freed "+n1, sink.next(t))
 
 		since := b.time(1500 * time.Millisecond)
 		require.NoError(t, b.s.AnnounceLeaseWaiter(b.ctx, store.LeaseWaiter{Name: n1, Waiter: "bob", Since: since, Fence: 1}))
@@ -92,10 +94,18 @@ func testNamedWatch(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 		require.NoError(t, b.s.AnnounceLeaseWaiter(b.ctx, store.LeaseWaiter{Name: n1, Waiter: "bob"}))
 		require.Equal(t, "wanted "+n1+" by bob since withdrawn after fence 0", sink.next(t))
 
+		// A waiter marks n2 wanted: its release is reported.
+		n2 := b.name("-2")
+		l = b.acquire(n2, "alice", 0, time.Minute)
+		_, err := b.s.AcquireLease(b.ctx, n2, "bob", &store.AcquireLeaseParams{TTL: time.Minute, Wait: time.Minute, Now: b.at(time.Second)})
+		require.ErrorIs(t, err, store.ErrHeld)
+		b.release(l, 2*time.Second)
+		require.Equal(t, "freed "+n2, sink.next(t))
+
 		n3, n4 := b.name("-3"), b.name("-4")
 		b.acquire(n3, "carol", 0, time.Minute)
 		b.acquire(n4, "carol", 0, time.Minute)
-		_, err := b.s.ForceReleaseLeases(b.ctx, "carol", &store.LeaseOpParams{Now: b.at(time.Second)})
+		_, err = b.s.ForceReleaseLeases(b.ctx, "carol", &store.LeaseOpParams{Now: b.at(time.Second)})
 		require.NoError(t, err)
 		got := []string{sink.next(t), sink.next(t)}
 		slices.Sort(got)
@@ -415,6 +425,18 @@ func nlCases() []nlCase {
 	})
 	bad("AcquireLease: negative MaxRenewals", store.ErrInvalidCount, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
 		_, err := s.AcquireLease(ctx, f.fresh, "bob", &store.AcquireLeaseParams{TTL: time.Minute, MaxRenewals: -1, Now: f.now})
+		return err
+	})
+	bad("AcquireLease: MaxRenewals above 2^31-1", store.ErrInvalidCount, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
+		_, err := s.AcquireLease(ctx, f.fresh, "bob", &store.AcquireLeaseParams{TTL: time.Minute, MaxRenewals: math.MaxInt32 + 1, Now: f.now})
+		return err
+	})
+	bad("AcquireLease: negative Wait", store.ErrInvalidTTL, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
+		_, err := s.AcquireLease(ctx, f.live.Name, "bob", &store.AcquireLeaseParams{TTL: time.Minute, Wait: -time.Second, Now: f.now})
+		return err
+	})
+	bad("AcquireLease: Wait above MaxTTL", store.ErrInvalidTTL, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
+		_, err := s.AcquireLease(ctx, f.live.Name, "bob", &store.AcquireLeaseParams{TTL: time.Minute, Wait: store.MaxTTL + time.Microsecond, Now: f.now})
 		return err
 	})
 	bad("AnnounceLeaseWaiter: fence -1", store.ErrInvalidFence, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
