@@ -61,8 +61,8 @@
 //
 // # The soak
 //
-// TestSoak runs only when SEQLEASE_SOAK names a duration (e.g. 10m), as
-// `make soak` does: worker processes under all the faults above but the
+// TestSoak runs for the duration SEQLEASE_SOAK names (e.g. 10m), as `make
+// soak` sets it, and for 15 s in `make test`: worker processes under all the faults above but the
 // restart and the proxy, at random, with audits every 30 s, then a report of
 // the verdict and the load held.
 package chaos

@@ -15,9 +15,13 @@ import (
 	"github.com/seqlease/seqlease/internal/pgtest"
 )
 
-// EnvSoak turns TestSoak on: its value is how long the load runs (a Go
-// duration, e.g. 10m). `make soak` sets it from SOAK.
+// EnvSoak sets how long TestSoak's load runs (a Go duration, e.g. 10m);
+// `make soak` sets it from SOAK. Unset, the soak runs for shortSoak, so
+// that `make test` exercises the whole harness once.
 const EnvSoak = "SEQLEASE_SOAK"
+
+// shortSoak is the soak's load time in `make test`.
+const shortSoak = 15 * time.Second
 
 // Soak settings.
 const (
@@ -47,12 +51,12 @@ const (
 // (I1, I2, I4, I5, I6 with no lease unresolved 20 s past its expiry, the
 // fenced writes and I8) and the pipeline must have progressed.
 func TestSoak(t *testing.T) {
-	d := os.Getenv(EnvSoak)
-	if d == "" {
-		t.Skip("the soak runs only with " + EnvSoak + " set (make soak)")
+	dur := shortSoak
+	if d := os.Getenv(EnvSoak); d != "" {
+		var err error
+		dur, err = time.ParseDuration(d)
+		require.NoError(t, err, EnvSoak)
 	}
-	dur, err := time.ParseDuration(d)
-	require.NoError(t, err, EnvSoak)
 	pool := pgtest.Shared(t, false)
 	schema := pgtest.NewSchema(t, pool)
 	h, err := chaos.NewHarness(t.Context(), pgtest.URL(), schema, []string{"soak-a", "soak-b"})
@@ -85,6 +89,7 @@ func TestSoak(t *testing.T) {
 	end := began.Add(dur)
 	nextCheck := began.Add(soakCheckEvery)
 	lastAcks := int64(0)
+	audits := 0
 	var violations []string
 	ctx := t.Context()
 	for time.Now().Before(end) {
@@ -141,6 +146,7 @@ func TestSoak(t *testing.T) {
 			case err != nil:
 				say("mid-run audit failed to read (retried at the next check): %v", err)
 			default:
+				audits++
 				violations = append(violations, v.Violations...)
 			}
 			if acks == lastAcks {
@@ -175,8 +181,8 @@ func TestSoak(t *testing.T) {
 		for _, r := range v.Audits {
 			checks = append(checks, r.Stream+": "+strings.Join(r.Checks, ", "))
 		}
-		say("verdict: no violation (%s; CommitTx side rows; fenced writes; I8 on %d named-lease events; mid-run audits every %v)",
-			strings.Join(checks, "; "), v.LeaseEvents, soakCheckEvery)
+		say("verdict: no violation (%s; CommitTx side rows; fenced writes; I8 on %d named-lease events; %d mid-run audits, every %v)",
+			strings.Join(checks, "; "), v.LeaseEvents, audits, soakCheckEvery)
 		return
 	}
 	say("verdict: %d violations", len(violations))
