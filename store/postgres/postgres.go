@@ -82,34 +82,25 @@ func (s *Store) Lease(ctx context.Context, stream string, reqs []store.LeaseRequ
 	ops := make([]string, len(reqs))
 	kinds := make([]string, len(reqs))
 	ttls := make([]int64, len(reqs))
+	tokens := make([]pgtype.UUID, len(reqs))
 	for i, r := range reqs {
 		ops[i], kinds[i], ttls[i] = r.OperationID, r.Kind, r.TTL.Microseconds()
+		tokens[i] = pgtype.UUID{Bytes: store.NewToken(), Valid: true}
 	}
-	rows, err := s.db.Query(ctx, s.q.lease, stream, len(reqs), p.Now, p.Owner, ops, kinds, ttls)
+	var base int64
+	var leasedAt time.Time
+	err := s.db.QueryRow(ctx, s.q.lease, stream, len(reqs), p.Now, p.Owner, ops, kinds, ttls, tokens).Scan(&base, &leasedAt)
 	if err != nil {
 		return nil, interpretError("lease", err)
 	}
-	out := make([]store.Entry, 0, len(reqs))
-	var e store.Entry
-	var token pgtype.UUID
-	_, err = pgx.ForEachRow(rows, []any{&e.Number, &token, &e.LeasedAt, &e.ExpiresAt}, func() error {
-		out = append(out, e)
-		out[len(out)-1].Token = token.Bytes
-		return nil
-	})
-	if err != nil {
-		return nil, interpretError("lease", err)
-	}
-	if len(out) != len(reqs) {
-		return nil, fmt.Errorf("lease: %d entries returned for %d requests", len(out), len(reqs))
-	}
-	slices.SortFunc(out, func(a, b store.Entry) int { return int(a.Number - b.Number) })
-	for i := range out {
-		out[i].Stream = stream
-		out[i].State = store.Leased
-		out[i].Owner = p.Owner
-		out[i].OperationID = reqs[i].OperationID
-		out[i].Kind = reqs[i].Kind
+	out := make([]store.Entry, len(reqs))
+	for i, r := range reqs {
+		out[i] = store.Entry{
+			Stream: stream, Number: base + int64(i) + 1, State: store.Leased, Token: tokens[i].Bytes,
+			Owner: p.Owner, OperationID: r.OperationID, Kind: r.Kind,
+			// the statement's arithmetic: whole microseconds
+			LeasedAt: leasedAt, ExpiresAt: leasedAt.Add(time.Duration(ttls[i]) * time.Microsecond),
+		}
 	}
 	return out, nil
 }

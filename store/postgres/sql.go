@@ -36,7 +36,10 @@ func buildQueries(schema string) queries {
 		// statement, so one transaction: if it fails, the counter rolls back
 		// with it and no number is lost (dense, I1). The row lock on the
 		// stream row orders concurrent leasers. The leased-at time is read
-		// after that lock (the CTE n depends on s).
+		// after that lock (the CTE n depends on s). The tokens come from the
+		// caller, and the numbers are base+1..base+len, so the statement
+		// returns one row (base, leased-at) however many it leases: the
+		// insert runs to completion whether or not the result reads it.
 		lease: `
 WITH s AS (
 	INSERT INTO {s}.streams AS s (name, last_number) VALUES ($1, $2)
@@ -44,11 +47,12 @@ WITH s AS (
 	RETURNING s.last_number
 ), n AS (
 	SELECT s.last_number - $2 AS base, ` + nowf(3) + ` AS t FROM s
+), i AS (
+	INSERT INTO {s}.entries (stream, number, state, token, owner, operation_id, kind, leased_at, expires_at)
+	SELECT $1, n.base + r.ord, 'leased', r.token, $4, r.op, r.kind, n.t, n.t + r.ttl * interval '1 microsecond'
+	FROM n, unnest($5::text[], $6::text[], $7::bigint[], $8::uuid[]) WITH ORDINALITY AS r(op, kind, ttl, token, ord)
 )
-INSERT INTO {s}.entries (stream, number, state, token, owner, operation_id, kind, leased_at, expires_at)
-SELECT $1, n.base + r.ord, 'leased', gen_random_uuid(), $4, r.op, r.kind, n.t, n.t + r.ttl * interval '1 microsecond'
-FROM n, unnest($5::text[], $6::text[], $7::bigint[]) WITH ORDINALITY AS r(op, kind, ttl, ord)
-RETURNING number, token, leased_at, expires_at`,
+SELECT n.base, n.t FROM n`,
 
 		// The conditional writes below are the moment of decision: the row
 		// lock orders a commit against a concurrent expiry resolution, and
