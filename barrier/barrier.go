@@ -67,17 +67,24 @@ type Barrier struct {
 	limit        int
 	logger       *slog.Logger
 
-	streams sync.Map      // string -> *stream
-	gen     atomic.Uint64 // bumped by every Reset
-	resets  chan struct{} // wakes the refresher after a Reset; capacity 1
+	streams sync.Map               // string -> *stream
+	recent  atomic.Pointer[stream] // the stream looked up last, if not evicted: most callers use one stream
+	gen     atomic.Uint64          // bumped by every Reset
+	resets  chan struct{}          // wakes the refresher after a Reset; capacity 1
 
-	lifeMu  sync.Mutex
-	started bool
-	stopped bool
-	ctx     context.Context // Start's, until Stop
-	cancel  context.CancelCauseFunc
-	wg      sync.WaitGroup
+	lifeMu sync.Mutex      // serialises Start and Stop
+	state  atomic.Int32    // notStarted, running or stopped: read without lifeMu on every wait
+	ctx    context.Context // Start's, set before state becomes running
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
 }
+
+// The states of a Barrier's lifecycle.
+const (
+	notStarted int32 = iota
+	running
+	stopped
+)
 
 // New returns a Barrier on src. Call Start to have it listen.
 func New(src Source, cfg *Config) (*Barrier, error) {
@@ -115,15 +122,15 @@ func New(src Source, cfg *Config) (*Barrier, error) {
 func (b *Barrier) Start(ctx context.Context) error {
 	b.lifeMu.Lock()
 	defer b.lifeMu.Unlock()
-	switch {
-	case b.stopped:
+	switch b.state.Load() {
+	case stopped:
 		return ErrStopped
-	case b.started:
+	case running:
 		return nil
 	}
-	b.started = true
 	ctx, b.cancel = context.WithCancelCause(ctx)
 	b.ctx = ctx
+	b.state.Store(running) // publishes ctx to running()
 	b.wg.Go(func() {
 		err := b.src.Watch(ctx, sink{b})
 		if err != nil && context.Cause(ctx) != ErrStopped && ctx.Err() == nil {
@@ -139,7 +146,7 @@ func (b *Barrier) Start(ctx context.Context) error {
 // processes' resolutions.
 func (b *Barrier) Stop() {
 	b.lifeMu.Lock()
-	b.stopped = true
+	b.state.Store(stopped)
 	cancel := b.cancel
 	b.lifeMu.Unlock()
 	if cancel != nil {
@@ -185,6 +192,7 @@ func (b *Barrier) refresher(ctx context.Context) {
 			st := v.(*stream)
 			if all && st.evictIfIdle() {
 				b.streams.CompareAndDelete(k, st)
+				b.recent.CompareAndSwap(st, nil)
 				return true
 			}
 			if st.needsRead(all, b.gen.Load()) {
@@ -202,11 +210,11 @@ func (b *Barrier) refresher(ctx context.Context) {
 // themselves report it too, which wakes local waiters without waiting for the
 // backend's notification. Reporting a number twice is harmless.
 func (b *Barrier) Resolved(name string, number int64) {
-	v, ok := b.streams.Load(name)
-	if !ok {
+	st := b.lookup(name)
+	if st == nil {
 		return // nobody asked about this stream: a later snapshot covers it
 	}
-	if v.(*stream).resolved(number) {
+	if st.resolved(number) {
 		b.kick() // W reached the end of a cut snapshot: read on
 	}
 }
@@ -239,14 +247,8 @@ func (b *Barrier) WaitFor(ctx context.Context, name string, n int64) error {
 // resolved (W >= n-1), without waiting, reading the backend or allocating.
 // False may only mean "not known yet": use Ready to wait.
 func (b *Barrier) Reached(name string, n int64) bool {
-	v, ok := b.streams.Load(name)
-	if !ok {
-		return false
-	}
-	st := v.(*stream)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return !st.evicted && st.w >= n-1
+	st := b.lookup(name)
+	return st != nil && st.reached(n)
 }
 
 // Ready returns a channel that is closed once every number of stream below n
@@ -261,6 +263,10 @@ func (b *Barrier) Ready(ctx context.Context, name string, n int64) (<-chan struc
 	}
 	for {
 		st := b.stream(name)
+		st.used()
+		if st.reached(n) {
+			return closedCh, noWithdraw, nil // the turn has come, read without the stream's lock
+		}
 		w, stale, evicted := st.enqueue(n-1, b.gen.Load())
 		switch {
 		case evicted:
@@ -282,14 +288,13 @@ var closedCh = func() chan struct{} { ch := make(chan struct{}); close(ch); retu
 func noWithdraw() {}
 
 func (b *Barrier) running() error {
-	b.lifeMu.Lock()
-	defer b.lifeMu.Unlock()
-	switch {
-	case b.stopped:
+	switch b.state.Load() {
+	case stopped:
 		return ErrStopped
-	case !b.started:
+	case notStarted:
 		return ErrNotStarted
-	case b.ctx.Err() != nil: // Start's context ended: nothing listens any more
+	}
+	if b.ctx.Err() != nil { // Start's context ended: nothing listens any more
 		return ErrStopped
 	}
 	return nil
@@ -310,12 +315,33 @@ func (b *Barrier) Watermark(ctx context.Context, name string) (int64, error) {
 	return st.watermark(), nil
 }
 
+// stream returns what the barrier knows of stream name, made on first use.
 func (b *Barrier) stream(name string) *stream {
-	if v, ok := b.streams.Load(name); ok {
-		return v.(*stream)
+	if st := b.lookup(name); st != nil {
+		return st
 	}
-	v, _ := b.streams.LoadOrStore(name, newStream())
+	v, _ := b.streams.LoadOrStore(name, newStream(name))
 	return v.(*stream)
+}
+
+// lookup returns what the barrier knows of stream name, nil if nothing. The
+// stream looked up last is remembered while it is not evicted, which spares
+// the map lookup on the hot path. It may return a stream that is being
+// evicted: its callers check under the stream's lock (enqueue), or deliver
+// a resolution that a fresh stream's snapshot, read later, covers anyway.
+func (b *Barrier) lookup(name string) *stream {
+	if st := b.recent.Load(); st != nil && st.name == name && !st.evicted.Load() {
+		return st
+	}
+	v, ok := b.streams.Load(name)
+	if !ok {
+		return nil
+	}
+	st := v.(*stream)
+	if !st.evicted.Load() {
+		b.recent.Store(st)
+	}
+	return st
 }
 
 // refresh reads a snapshot of stream and merges it. Concurrent refreshes of
@@ -349,6 +375,14 @@ func (b *Barrier) refresh(ctx context.Context, name string, st *stream) error {
 
 // stream is what the barrier knows of one stream.
 type stream struct {
+	name string
+
+	// wa mirrors w, for reading without the lock (Reached, and Ready when
+	// the turn has come); idle and evicted are read without it too.
+	wa      atomic.Int64
+	idle    atomic.Bool // unused since the last poll tick; set under mu
+	evicted atomic.Bool // dropped from Barrier.streams: take a fresh one; set under mu
+
 	mu         sync.Mutex
 	w          int64              // the watermark; never decreases
 	known      int64              // highest number the last snapshot described
@@ -359,19 +393,33 @@ type stream struct {
 	waiters    waiterHeap
 	loading    bool // a snapshot is being read
 	again      bool // another snapshot was asked for meanwhile
-	idle       bool // unused since the last poll tick
-	evicted    bool // dropped from Barrier.streams: take a fresh one
 }
 
-func newStream() *stream {
-	return &stream{unresolved: map[int64]struct{}{}, heard: map[int64]struct{}{}}
+func newStream(name string) *stream {
+	return &stream{name: name, unresolved: map[int64]struct{}{}, heard: map[int64]struct{}{}}
 }
 
 func (st *stream) watermark() int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.idle = false
+	st.used()
 	return st.w
+}
+
+// used marks the stream used in this poll interval, so it is not evicted.
+// An eviction that races it is seen by the caller's check of evicted
+// afterwards (enqueue, reached).
+func (st *stream) used() {
+	if st.idle.Load() {
+		st.idle.Store(false)
+	}
+}
+
+// reached reports, without the lock, whether w >= n-1 is known. A true
+// answer holds forever, even on a stream being evicted: W never goes back,
+// and every resolution it counted is final.
+func (st *stream) reached(n int64) bool {
+	return st.wa.Load() >= n-1
 }
 
 // evictIfIdle reports whether the stream can be dropped, and marks it
@@ -383,11 +431,11 @@ func (st *stream) watermark() int64 {
 func (st *stream) evictIfIdle() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.idle && len(st.waiters) == 0 && !st.loading {
-		st.evicted = true
+	if st.idle.Load() && len(st.waiters) == 0 && !st.loading {
+		st.evicted.Store(true)
 		return true
 	}
-	st.idle = true
+	st.idle.Store(true)
 	return false
 }
 
@@ -418,15 +466,18 @@ func (st *stream) starvedLocked() bool {
 func (st *stream) resolved(n int64) (starved bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if n <= st.w {
+	switch {
+	case n <= st.w:
+		return false
+	case n > st.w+1:
+		st.heard[n] = struct{}{}
 		return false
 	}
-	st.heard[n] = struct{}{}
-	if n == st.w+1 {
-		st.advance()
-		return st.starvedLocked()
-	}
-	return false
+	// The next number, as usual: W moves to it without a trip through heard.
+	delete(st.unresolved, n)
+	st.w = n
+	st.advance()
+	return st.starvedLocked()
 }
 
 // apply merges a snapshot read at reset generation gen with at most limit
@@ -475,6 +526,7 @@ func (st *stream) advance() {
 		}
 		st.w = next
 	}
+	st.wa.Store(st.w)
 	for len(st.waiters) > 0 && st.waiters[0].target <= st.w {
 		w := heap.Pop(&st.waiters).(*waiter)
 		close(w.ch)
@@ -511,10 +563,10 @@ func (st *stream) endLoad() (again bool) {
 func (st *stream) enqueue(target int64, gen uint64) (w *waiter, stale, evicted bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.evicted {
+	if st.evicted.Load() {
 		return nil, false, true
 	}
-	st.idle = false
+	st.used()
 	if target <= st.w {
 		return nil, false, false
 	}

@@ -40,6 +40,18 @@
 // log waiting), not O(waiting), so a thousand workers parked behind one slow
 // entry are not all woken by every unrelated resolution.
 //
+// # The hot path
+//
+// An in-process store reports a resolution under its own lock, and an
+// ordered commit asks whether its turn came just before it commits, so the
+// common calls avoid what they can: W is mirrored in an atomic, so Reached,
+// and Ready when the turn has come, read it without the stream's lock (a
+// reached W is a fact forever, even on a stream being evicted); the
+// lifecycle state is an atomic, so waits take no barrier-wide lock; the
+// stream looked up last is kept in an atomic pointer while it is not
+// evicted, which spares the map lookup; and the resolution of the number
+// right after W moves W without a trip through the set of heard numbers.
+//
 // # Memory
 //
 // A stream's state lives while it is used. On each safety poll the refresher

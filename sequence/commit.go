@@ -38,6 +38,8 @@ var errRequeue = errors.New("sequence: requeued")
 type committer struct {
 	mu     sync.Mutex
 	parked map[int64]*commitItem // waiting, not yet in a group
+
+	deadlines deadlines // of the ungrouped commits waiting at the barrier
 }
 
 type commitItem struct {
@@ -54,7 +56,7 @@ func (l *Leaser) committer(stream string) *committer {
 	if v, ok := l.committers.Load(stream); ok {
 		return v.(*committer)
 	}
-	v, _ := l.committers.LoadOrStore(stream, &committer{parked: map[int64]*commitItem{}})
+	v, _ := l.committers.LoadOrStore(stream, &committer{parked: map[int64]*commitItem{}, deadlines: deadlines{now: l.now}})
 	return v.(*committer)
 }
 
@@ -111,7 +113,7 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err 
 
 // spins is how often an ungrouped commit whose turn has not come yields
 // before it parks.
-const spins = 4
+const spins = 1
 
 // commitAlone is the ordered commit without group commit (Config.MaxGroup
 // 1, and by default on a store that answers in process): wait for the turn
@@ -152,9 +154,12 @@ func (x *Lease) commitAlone(ctx context.Context, payload []byte, fn any) error {
 		if l.observed {
 			l.observer.CommitReady(ctx, x.stream, x.kind, l.now().Sub(parked))
 		}
-		if fn == nil {
+		switch {
+		case fn == nil && l.one != nil:
+			_, err = l.one.CommitOne(ctx, x.stream, x.number, x.token, payload, true)
+		case fn == nil:
 			_, err = l.store.Commit(ctx, x.stream, x.number, x.token, &store.CommitParams{Payload: payload, Ordered: true})
-		} else {
+		default:
 			item := store.CommitItem{Number: x.number, Token: x.token, Payload: payload, Func: fn}
 			var results []store.CommitResult
 			results, err = l.store.CommitBatch(ctx, x.stream, []store.CommitItem{item}, &store.CommitBatchParams{Ordered: true})
@@ -176,21 +181,131 @@ func (x *Lease) commitAlone(ctx context.Context, payload []byte, fn any) error {
 }
 
 // awaitTurn waits until ready closes (every earlier number is resolved), the
-// lease ends locally (errOver: Done closes at the local deadline, which
-// Extend moves) or ctx ends. Nothing is armed when the turn has come.
+// lease ends locally (errOver: at its local deadline, which Extend moves, or
+// when its keep-alive loses it or it is released) or ctx ends. Nothing is
+// armed when the turn has come. A lease that has to wait is watched by its
+// stream's deadlines, one timer for all the waiting leases of the stream,
+// rather than by a timer of its own: arming and stopping a timer per wait
+// cost more than the rest of the wait.
 func (x *Lease) awaitTurn(ctx context.Context, ready <-chan struct{}) error {
 	select {
 	case <-ready:
 		return nil
 	default:
 	}
+	d := &x.leaser.committer(x.stream).deadlines
+	lost := d.watch(x)
+	defer d.unwatch(x)
 	select {
 	case <-ready:
 		return nil
-	case <-x.Done():
+	case <-lost:
 		return errOver
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// deadlines ends the leases of one stream whose ordered commits wait at the
+// barrier once their local deadline passes, as the timer that Done arms
+// would, with one timer for all of them. The timer is armed for the
+// earliest deadline it was asked for and is not stopped when that lease
+// stops waiting: when it fires, it ends the waiting leases whose deadline
+// passed and re-arms for the earliest deadline still waiting, if any. Since
+// leases usually wait in the order of their deadlines, a wait rarely touches
+// the timer at all.
+//
+// Locks: d.mu is taken before a lease's mu (fire reads deadlines), never
+// after: watch reads the lease's deadline before it takes d.mu.
+type deadlines struct {
+	now func() time.Time // the Leaser's clock
+
+	mu      sync.Mutex
+	waiting []*Lease    // each at its waitIndex
+	timer   *time.Timer // made on first use
+	at      time.Time   // when the timer fires; zero: not armed
+}
+
+// watch has d end x at its local deadline while x waits, and returns the
+// channel that closes when x is over. A lease whose own timer is armed
+// (Done, Context or KeepAlive was called) needs no watching.
+func (d *deadlines) watch(x *Lease) <-chan struct{} {
+	x.mu.Lock()
+	lost, armed, deadline := x.lostLocked(), x.timer != nil, x.localDeadline
+	x.mu.Unlock()
+	if armed {
+		return lost
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	x.waitIndex = int32(len(d.waiting)) // at most one waiting Commit per lease
+	d.waiting = append(d.waiting, x)
+	if d.at.IsZero() || deadline.Before(d.at) {
+		d.armLocked(deadline)
+	}
+	return lost
+}
+
+// unwatch stops watching x, if d still does.
+func (d *deadlines) unwatch(x *Lease) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.removeLocked(x)
+}
+
+func (d *deadlines) removeLocked(x *Lease) {
+	i := int(x.waitIndex)
+	if i < 0 || i >= len(d.waiting) || d.waiting[i] != x {
+		return // not watched: its own timer is armed, or fire took it
+	}
+	last := len(d.waiting) - 1
+	d.waiting[i] = d.waiting[last]
+	d.waiting[i].waitIndex = int32(i)
+	d.waiting[last] = nil
+	d.waiting = d.waiting[:last]
+	x.waitIndex = -1
+}
+
+// armLocked has the timer fire at t. d.mu must be held.
+func (d *deadlines) armLocked(t time.Time) {
+	d.at = t
+	if d.timer == nil {
+		d.timer = time.AfterFunc(t.Sub(d.now()), d.fire)
+		return
+	}
+	d.timer.Reset(t.Sub(d.now()))
+}
+
+// fire ends the waiting leases whose local deadline passed, and re-arms
+// the timer for the earliest deadline of the others (one may have been
+// extended meanwhile).
+func (d *deadlines) fire() {
+	now := d.now()
+	var over []*Lease
+	d.mu.Lock()
+	next := time.Time{}
+	for i := 0; i < len(d.waiting); {
+		x := d.waiting[i]
+		x.mu.Lock()
+		deadline := x.localDeadline
+		x.mu.Unlock()
+		if !deadline.After(now) {
+			d.removeLocked(x) // moves the last one to i
+			over = append(over, x)
+			continue
+		}
+		if next.IsZero() || deadline.Before(next) {
+			next = deadline
+		}
+		i++
+	}
+	d.at = time.Time{}
+	if !next.IsZero() {
+		d.armLocked(next)
+	}
+	d.mu.Unlock()
+	for _, x := range over {
+		x.endIfPast()
 	}
 }
 

@@ -6,10 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
@@ -132,4 +134,92 @@ func TestFailedGroupCallCompletesEveryItem(t *testing.T) {
 		require.NoError(t, x.Commit(ctx, nil))
 	}
 	require.NoError(t, receive(t, chs[2], "4")) // grouped with the retry of 3, or alone
+}
+
+// TestWaitingCommitsEndAtTheirDeadlines parks two ordered commits behind an
+// unresolved number, on fake time: the one with the earlier local deadline,
+// though it begins to wait last, ends exactly at that deadline with
+// ErrExpired; the other, extended while it waits, outlives its first
+// deadline and commits once its turn comes. Neither handle arms a timer of
+// its own (nobody asks for Done): their stream's one timer watches both.
+func TestWaitingCommitsEndAtTheirDeadlines(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := memory.New(nil)
+		b, err := barrier.New(s, nil)
+		require.NoError(t, err)
+		require.NoError(t, b.Start(ctx))
+		defer b.Stop()
+		l, err := sequence.New(s, &sequence.Config{Barrier: b})
+		require.NoError(t, err)
+		lease := func(ttl time.Duration) *sequence.Lease {
+			x, err := l.Lease(ctx, "d", &sequence.LeaseOpts{TTL: ttl})
+			require.NoError(t, err)
+			return x
+		}
+		first, long, short := lease(time.Hour), lease(10*time.Minute), lease(time.Minute)
+		start := time.Now()
+
+		longDone, shortDone := make(chan error, 1), make(chan error, 1)
+		go func() { longDone <- long.Commit(ctx, []byte("long")) }()
+		synctest.Wait() // long waits; the timer is armed for its deadline
+		go func() { shortDone <- short.Commit(ctx, []byte("short")) }()
+		synctest.Wait() // short waits too, with the earlier deadline
+
+		require.ErrorIs(t, <-shortDone, sequence.ErrExpired)
+		require.Equal(t, time.Minute-time.Second, time.Since(start), "short ends at its local deadline: TTL minus the margin")
+		require.ErrorIs(t, short.Err(), sequence.ErrExpired)
+		require.NoError(t, long.Err(), "long is still held")
+
+		require.NoError(t, long.Extend(ctx, time.Hour))
+		time.Sleep(10 * time.Minute) // past long's first deadline
+		synctest.Wait()
+		select {
+		case err := <-longDone:
+			t.Fatalf("long's commit ended before its turn: %v", err)
+		default:
+		}
+		require.NoError(t, first.Commit(ctx, []byte("first")))
+		require.NoError(t, <-longDone)
+		require.ErrorIs(t, long.Err(), sequence.ErrCommitted)
+	})
+}
+
+// wrappedMemory embeds a *memory.Store and counts its Lease and Commit
+// calls.
+type wrappedMemory struct {
+	*memory.Store
+	leases, commits atomic.Int64
+}
+
+func (c *wrappedMemory) Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error) {
+	c.leases.Add(1)
+	return c.Store.Lease(ctx, stream, reqs, p)
+}
+
+func (c *wrappedMemory) Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error) {
+	c.commits.Add(1)
+	return c.Store.Commit(ctx, stream, number, token, p)
+}
+
+// TestWrappedMemoryStoreIsNotBypassed: the Leaser leases and commits one
+// number on a *memory.Store through calls of its own, but a type that embeds
+// one to wrap Lease and Commit has every lease, ordered commit and Complete
+// go through its wrappers.
+func TestWrappedMemoryStoreIsNotBypassed(t *testing.T) {
+	t.Parallel()
+	s := &wrappedMemory{Store: memory.New(nil)}
+	l, _ := leaserOn(t, s, sequence.Config{})
+	ctx := context.Background()
+	for range 3 {
+		x, err := l.Lease(ctx, "w", nil)
+		require.NoError(t, err)
+		require.NoError(t, x.Commit(ctx, []byte("ordered")))
+		y, err := l.Lease(ctx, "w", nil)
+		require.NoError(t, err)
+		require.NoError(t, y.Complete(ctx, []byte("unordered")))
+	}
+	require.Equal(t, int64(6), s.leases.Load())
+	require.Equal(t, int64(6), s.commits.Load())
 }

@@ -27,6 +27,19 @@
 // so the holder believes its lease over a little before the database does,
 // never after. A holder whose wall clock is wrong is therefore still safe.
 //
+// # Waiting for the turn
+//
+// An ordered commit whose turn has not come yields once (the holder of the
+// number before it is often about to commit), then parks at the barrier,
+// which wakes it when its turn comes. While it waits, its local deadline
+// must still end it: rather than arming a timer per waiting lease (which
+// cost more than the rest of the wait), the commits of a stream that wait
+// without grouping share one timer, armed for the earliest deadline among
+// them and re-armed when it fires; a lease whose own timer is armed (Done,
+// Context, KeepAlive) is left to it. On a store with calls for one number
+// (a *memory.Store, through package internal/inproc), a Lease and an
+// ungrouped Commit that need not park allocate nothing but the Lease handle.
+//
 // # Observing
 //
 // Config.Observer is told of every lease, commit (with its wait for earlier

@@ -38,6 +38,7 @@ type Lease struct {
 	renewErr      error // the keep-alive's last failed renewal, if any
 
 	committing atomic.Bool // an ungrouped Commit of this handle runs (commitAlone)
+	waitIndex  int32       // its place among its stream's deadlines while it waits; guarded by their mu
 
 	// ended holds why the lease is over, nil while it is held; it is set
 	// once, under mu, before lost closes. lost is made on first use (most
@@ -104,7 +105,7 @@ func (x *Lease) Remaining() time.Duration {
 	x.mu.Lock()
 	deadline := x.localDeadline
 	x.mu.Unlock()
-	return max(deadline.Sub(x.leaser.now()), 0)
+	return max(x.leaser.until(deadline), 0)
 }
 
 // IsExpired reports whether the lease may have expired (Remaining is zero).
@@ -191,6 +192,20 @@ func (x *Lease) deadlinePassed() {
 	x.mu.Lock()
 	if left := x.localDeadline.Sub(x.leaser.now()); left > 0 {
 		x.timer.Reset(left)
+		x.mu.Unlock()
+		return
+	}
+	cause := x.expiredCauseLocked()
+	x.mu.Unlock()
+	x.end(cause)
+}
+
+// endIfPast ends the lease if its local deadline passed (an Extend may
+// have moved it meanwhile): its stream's deadlines found it past while it
+// waited.
+func (x *Lease) endIfPast() {
+	x.mu.Lock()
+	if x.localDeadline.After(x.leaser.now()) {
 		x.mu.Unlock()
 		return
 	}
@@ -311,7 +326,12 @@ func (x *Lease) Complete(ctx context.Context, payload []byte) error {
 		return err // a repeat: same outcome, nothing written, nothing counted
 	}
 	ctx, end := x.leaser.observer.StartCommit(ctx, x.stream, x.kind, x.number, false)
-	_, err := x.leaser.store.Commit(ctx, x.stream, x.number, x.token, &store.CommitParams{Payload: payload})
+	var err error
+	if one := x.leaser.one; one != nil {
+		_, err = one.CommitOne(ctx, x.stream, x.number, x.token, payload, false)
+	} else {
+		_, err = x.leaser.store.Commit(ctx, x.stream, x.number, x.token, &store.CommitParams{Payload: payload})
+	}
 	end(err)
 	if err != nil {
 		return fmt.Errorf("sequence: %s/%d: %w", x.stream, x.number, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/seqlease/seqlease/barrier"
+	"github.com/seqlease/seqlease/internal/inproc"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -127,10 +128,12 @@ type Leaser struct {
 	writeTimeout  time.Duration
 	margin        time.Duration
 	now           func() time.Time
+	sysClock      bool // now is time.Now: durations to a deadline need only the monotonic clock
 	observer      Observer
 	observed      bool // Config.Observer was set: only then are waits timed
 	leaseParams   *store.LeaseParams
-	local         bool // the store answers in process and notifies its watchers before it returns
+	local         bool            // the store answers in process and notifies its watchers before it returns
+	one           inproc.OneStore // the store's calls for one number, if it has them (store/memory)
 
 	leaseQueues sync.Map     // stream -> *leaseQueue
 	committers  sync.Map     // stream -> *committer
@@ -200,10 +203,14 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		l.owner = host + ":" + strconv.Itoa(os.Getpid())
 	}
 	if l.now == nil {
-		l.now = time.Now
+		l.now, l.sysClock = time.Now, true
 	}
 	l.leaseParams = &store.LeaseParams{Owner: l.owner} // read-only, shared by every call
 	l.local = local
+	// Lease uses these when it does not coalesce, and Commit and Complete
+	// when they do not group, instead of the general calls, whose slices
+	// and parameters cost an allocation each on every operation.
+	l.one = inproc.One(s)
 	l.observed = l.observer != nil
 	if l.observer == nil {
 		l.observer = nopObserver{}
@@ -232,6 +239,9 @@ type LeaseOpts struct {
 // Lease leases the next number of stream. Concurrent calls on one stream
 // share one round trip (lease coalescing).
 func (l *Leaser) Lease(ctx context.Context, stream string, opts *LeaseOpts) (*Lease, error) {
+	if l.one != nil && l.maxLeaseBatch <= 1 {
+		return l.leaseOne(ctx, stream, opts)
+	}
 	entries, start, err := l.lease(ctx, stream, 1, opts)
 	if err != nil {
 		return nil, err
@@ -253,15 +263,49 @@ func (l *Leaser) LeaseN(ctx context.Context, stream string, n int, opts *LeaseOp
 	return out, nil
 }
 
+// leaseOne is Lease through the store's call for one number, when leases
+// are not coalesced: lease with n of 1, without its slices.
+func (l *Leaser) leaseOne(ctx context.Context, stream string, opts *LeaseOpts) (*Lease, error) {
+	if opts == nil {
+		opts = &LeaseOpts{}
+	}
+	ttl, err := l.leaseTTL(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sequence: lease: %w", err)
+	}
+	ctx, end := l.observer.StartLease(ctx, stream, opts.Kind, 1)
+	start := l.now()
+	e, err := l.one.LeaseOne(ctx, stream, store.LeaseRequest{OperationID: opts.OperationID, Kind: opts.Kind, TTL: ttl}, l.leaseParams)
+	if err != nil {
+		end(0, err)
+		return nil, fmt.Errorf("sequence: %w", err)
+	}
+	end(e.Number, nil)
+	return l.handle(&e, start), nil
+}
+
+// leaseTTL returns the TTL a lease with opts asks for, or why it is
+// invalid.
+func (l *Leaser) leaseTTL(opts *LeaseOpts) (time.Duration, error) {
+	ttl := cmp.Or(opts.TTL, l.DefaultTTL())
+	if err := store.ValidateTTL(ttl, l.maxTTL); err != nil {
+		return 0, fmt.Errorf("sequence: lease: %w", err)
+	}
+	return ttl, nil
+}
+
 // lease leases n numbers; start is when the request began, on the local
 // clock (the base of the handles' local deadlines).
 func (l *Leaser) lease(ctx context.Context, stream string, n int, opts *LeaseOpts) (entries []store.Entry, start time.Time, err error) {
 	if opts == nil {
 		opts = &LeaseOpts{}
 	}
-	ttl := cmp.Or(opts.TTL, l.DefaultTTL())
-	if err := store.ValidateTTL(ttl, l.maxTTL); err != nil {
-		return nil, time.Time{}, fmt.Errorf("sequence: lease: %w", err)
+	ttl, err := l.leaseTTL(opts)
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	if n < 1 || n > store.MaxBatch {
 		return nil, time.Time{}, fmt.Errorf("sequence: lease: %w: %d, must be 1..%d", ErrInvalidCount, n, store.MaxBatch)
@@ -299,6 +343,7 @@ func (l *Leaser) lease(ctx context.Context, stream string, n int, opts *LeaseOpt
 
 func (l *Leaser) handle(e *store.Entry, start time.Time) *Lease {
 	return &Lease{
+		waitIndex:     -1,
 		leaser:        l,
 		stream:        e.Stream,
 		number:        e.Number,
@@ -321,6 +366,14 @@ func (l *Leaser) localDeadline(start, now, expiresAt time.Time) time.Time {
 		margin = min(DefaultMaxMargin, ttl/10)
 	}
 	return start.Add(ttl - min(margin, ttl))
+}
+
+// until returns the time from now to t on the local clock.
+func (l *Leaser) until(t time.Time) time.Duration {
+	if l.sysClock {
+		return -time.Since(t) // reads only the monotonic clock, which is all t.Sub(time.Now()) uses
+	}
+	return t.Sub(l.now())
 }
 
 // DefaultTTL returns the lease duration used when a call names none:

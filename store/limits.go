@@ -52,6 +52,9 @@ func ValidateText(field, s string) error {
 }
 
 func checkText(s string) error {
+	if printableASCII(s) {
+		return nil // the usual case, decided without decoding runes
+	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("not valid UTF-8")
 	}
@@ -61,6 +64,17 @@ func checkText(s string) error {
 		}
 	}
 	return nil
+}
+
+// printableASCII reports whether s is all ASCII without control
+// characters (the ASCII controls are U+0000-U+001F and U+007F).
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateTTL checks a lease duration: positive, at least a microsecond (the

@@ -6,14 +6,40 @@
 // # Layout
 //
 // Streams live in a sync.Map, so looking one up takes no lock shared between
-// streams. Each stream has its own mutex guarding its ledger: the retained
-// entries in fixed-size chunks indexed by number (numbers are dense, so
-// number n is slot n-base), so leasing appends without ever copying what is
-// already there and a trim drops whole chunks. A cursor, the first
-// unresolved number, only moves forward over resolved entries; the watermark
-// is that cursor minus one, and advancing it costs amortised O(1) per
-// resolution. A count of open gaps is kept as gaps are made, filled and
-// trimmed, so counting them reads no entry.
+// streams; the stream looked up last is also kept in an atomic pointer, so
+// the usual caller, working on one stream, skips the map (streams are never
+// removed, so it cannot go stale). Each stream has its own mutex guarding
+// its ledger: the retained entries in fixed-size chunks indexed by number
+// (numbers are dense, so number n is slot n-base), so leasing appends
+// without ever copying what is already there and a trim drops whole chunks.
+// A cursor, the first unresolved number, only moves forward over resolved
+// entries; the watermark is that cursor minus one, and advancing it costs
+// amortised O(1) per resolution. A count of open gaps is kept as gaps are
+// made, filled and trimmed, so counting them reads no entry.
+//
+// A ledger slot holds no pointer, so the garbage collector never scans the
+// slots however long the ledger grows (a ledger that nobody trims grows for
+// the life of the process, and every GC cycle would scan all of it):
+//
+//	chunk: slots [256]slot  token, times as microseconds + location index,
+//	       │                text indexes, payload position, state, counters
+//	       ├ texts []string  owners, kinds, operation ids, reasons (shared
+//	       │                 with the caller; a field's repeat is stored once)
+//	       ├ zones []*time.Location  the distinct locations of its times
+//	       ├ small []byte    payloads of up to 4 KiB, back to back, copied in
+//	       └ large [][]byte  larger payloads, one copy each
+//
+// Every entry reads back exactly as written, times in their own location.
+// A payload that a fill replaces, and what a partly trimmed chunk's cleared
+// slots referred to, stay until the chunk goes.
+//
+// The sequence Leaser leases and commits one number at a time on this store
+// through calls that do what Lease and Commit do with nothing to allocate
+// for the call (no request or result slice, no parameter struct), handed to
+// it through package internal/inproc for a *Store exactly, never for a type
+// that embeds one to wrap its calls. With the payload copied into its
+// chunk, a lease and an ordered commit through the Leaser allocate only the
+// Lease handle.
 //
 // Named leases (namedlease.go) follow the same rule: each name has a row
 // with a mutex of its own; the indexes of live holdings and the audit

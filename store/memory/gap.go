@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/seqlease/seqlease/store"
 )
@@ -31,14 +30,12 @@ func (s *Store) ListGaps(ctx context.Context, name string, p *store.ListGapsPara
 	var out []store.Entry
 	for n := max(p.After+1, st.low); n <= st.last && len(out) < limit; n++ {
 		e := st.at(n)
-		open := e.State == store.Gap
-		filled := p.IncludeFilled && !e.FilledAt.IsZero()
-		if (!open && !filled) || (p.Reason != "" && e.GapReason != p.Reason) {
+		open := e.slot.state == stateGap
+		filled := p.IncludeFilled && e.filled()
+		if (!open && !filled) || (p.Reason != "" && e.text(xReason) != p.Reason) {
 			continue
 		}
-		x := *e
-		x.Payload = slices.Clone(e.Payload)
-		out = append(out, x)
+		out = append(out, e.entry(name, n))
 	}
 	return out, nil
 }
@@ -83,17 +80,17 @@ func (s *Store) FillGap(ctx context.Context, name string, number int64, p *store
 	if err != nil {
 		return fmt.Errorf("fill gap: %w", err)
 	}
-	if err := notGap(e.State, !e.FilledAt.IsZero()); err != nil {
+	if err := notGap(e.state(), e.filled()); err != nil {
 		return fmt.Errorf("fill gap: %w", err)
 	}
-	if e.RecoveredAs != 0 {
-		return fmt.Errorf("fill gap: %w: its work moved to %d; filling it would make a second copy", store.ErrNotGap, e.RecoveredAs)
+	if e.recoveredAs != 0 {
+		return fmt.Errorf("fill gap: %w: its work moved to %d; filling it would make a second copy", store.ErrNotGap, e.recoveredAs)
 	}
-	e.State = store.Committed
+	e.slot.state = stateCommitted
 	st.gaps--
-	e.Payload = slices.Clone(p.Payload)
-	e.FilledAt = s.clock(p.Now)
-	e.FilledBy = p.FilledBy
+	e.setPayload(p.Payload)
+	e.setTime(tFilled, s.clock(p.Now))
+	e.setText(xFilledBy, p.FilledBy)
 	return nil
 }
 

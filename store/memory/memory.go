@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqlease/seqlease/internal/inproc"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -22,7 +23,8 @@ type Config struct {
 // Store is the in-memory backend. The zero value is not usable; call New.
 type Store struct {
 	now     func() time.Time
-	streams sync.Map // string -> *stream
+	streams sync.Map               // string -> *stream; never removed
+	recent  atomic.Pointer[stream] // the stream looked up last: most callers use one stream
 
 	watchMu sync.Mutex                   // serialises changes to sinks
 	sinks   atomic.Pointer[[]store.Sink] // copy on write; read without a lock
@@ -69,39 +71,54 @@ func (s *Store) clock(pinned *time.Time) time.Time {
 }
 
 func (s *Store) stream(name string) (*stream, error) {
+	if st := s.lookup(name); st != nil {
+		return st, nil
+	}
+	return nil, fmt.Errorf("%w: %q", store.ErrStreamNotFound, name)
+}
+
+// lookup returns the stream name, nil if it has none. The stream looked up
+// last is remembered, which spares the map lookup on the hot path; streams
+// are never removed, so it cannot go stale.
+func (s *Store) lookup(name string) *stream {
+	if st := s.recent.Load(); st != nil && st.name == name {
+		return st
+	}
 	v, ok := s.streams.Load(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", store.ErrStreamNotFound, name)
+		return nil
 	}
-	return v.(*stream), nil
+	st := v.(*stream)
+	s.recent.Store(st)
+	return st
 }
 
 // entry returns the entry of number, a *store.TrimmedError if retention
 // removed it, or ErrNotFound. st.mu must be held.
-func (st *stream) entry(number int64) (*store.Entry, error) {
+func (st *stream) entry(number int64) (rec, error) {
 	if number < st.low {
-		return nil, &store.TrimmedError{Stream: st.name, LowPoint: st.low}
+		return rec{}, &store.TrimmedError{Stream: st.name, LowPoint: st.low}
 	}
 	if number > st.last {
-		return nil, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
+		return rec{}, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
 	}
 	return st.at(number), nil
 }
 
-// resolve marks e resolved at t, advances the watermark cursor and tells
-// the watchers. st.mu must be held, so watchers hear of one stream's
-// resolutions in the order they happened.
-func (s *Store) resolve(name string, st *stream, e *store.Entry, state store.State, t time.Time) {
-	e.State = state
-	e.ResolvedAt = t
+// resolve marks e, number n, resolved at t, advances the watermark cursor
+// and tells the watchers. st.mu must be held, so watchers hear of one
+// stream's resolutions in the order they happened.
+func (s *Store) resolve(name string, st *stream, e rec, n int64, to state, t time.Time) {
+	e.slot.state = to
+	e.setTime(tResolved, t)
 	st.unresolved--
-	if state == store.Gap {
+	if to == stateGap {
 		st.gaps++
 	}
-	for st.firstUnresolved <= st.last && st.at(st.firstUnresolved).State.Resolved() {
+	for st.firstUnresolved <= st.last && st.at(st.firstUnresolved).slot.state.resolved() {
 		st.firstUnresolved++
 	}
-	s.notify(name, e.Number)
+	s.notify(name, n)
 }
 
 // Lease implements the storage contract's Lease.
@@ -117,12 +134,7 @@ func (s *Store) Lease(ctx context.Context, name string, reqs []store.LeaseReques
 	if p != nil {
 		owner, pinned = p.Owner, p.Now
 	}
-	v, ok := s.streams.Load(name)
-	if !ok {
-		v, _ = s.streams.LoadOrStore(name, newStream(name))
-	}
-	st := v.(*stream)
-
+	st := s.streamFor(name)
 	out := make([]store.Entry, len(reqs))
 	for i := range out {
 		out[i].Token = store.NewToken() // outside the lock: it reads randomness
@@ -131,55 +143,115 @@ func (s *Store) Lease(ctx context.Context, name string, reqs []store.LeaseReques
 	defer st.mu.Unlock()
 	now := s.clock(pinned)
 	for i, r := range reqs {
-		out[i] = store.Entry{
-			Stream:      name,
-			Number:      st.last + 1,
-			State:       store.Leased,
-			Token:       out[i].Token,
-			Owner:       owner,
-			OperationID: r.OperationID,
-			Kind:        r.Kind,
-			LeasedAt:    now,
-			ExpiresAt:   now.Add(r.TTL.Truncate(time.Microsecond)), // microseconds, like PostgreSQL
-		}
-		st.add(out[i])
+		out[i] = st.lease(name, out[i].Token, owner, r, now)
 	}
-	st.unresolved += int64(len(out))
 	return out, nil
+}
+
+func init() {
+	inproc.Register(func(s any) inproc.OneStore {
+		if m, ok := s.(*Store); ok { // exactly: not a type that embeds one
+			return oneByOne{m}
+		}
+		return nil
+	})
+}
+
+// oneByOne gives the sequence Leaser the calls for one number (package
+// internal/inproc): with nothing to allocate for the call, a lease and an
+// ordered commit through the Leaser allocate only its Lease handle.
+type oneByOne struct{ s *Store }
+
+func (o oneByOne) LeaseOne(ctx context.Context, name string, req store.LeaseRequest, p *store.LeaseParams) (store.Entry, error) {
+	return o.s.leaseOne(ctx, name, req, p)
+}
+
+func (o oneByOne) CommitOne(ctx context.Context, name string, number int64, token store.Token, payload []byte, ordered bool) (time.Time, error) {
+	return o.s.commitOne(ctx, name, number, token, payload, ordered)
+}
+
+// leaseOne leases one number of stream, exactly as Lease with the one
+// request req does, and returns its entry by value, without allocating
+// for the call (Lease allocates the slice it returns).
+func (s *Store) leaseOne(ctx context.Context, name string, req store.LeaseRequest, p *store.LeaseParams) (store.Entry, error) {
+	if err := store.ValidateLease(name, []store.LeaseRequest{req}, p); err != nil {
+		return store.Entry{}, fmt.Errorf("lease: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Entry{}, fmt.Errorf("lease: %w", err)
+	}
+	var owner string
+	var pinned *time.Time
+	if p != nil {
+		owner, pinned = p.Owner, p.Now
+	}
+	st := s.streamFor(name)
+	token := store.NewToken() // outside the lock: it reads randomness
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.lease(name, token, owner, req, s.clock(pinned)), nil
+}
+
+// streamFor returns the stream name, made on first use.
+func (s *Store) streamFor(name string) *stream {
+	if st := s.lookup(name); st != nil {
+		return st
+	}
+	v, _ := s.streams.LoadOrStore(name, newStream(name))
+	return v.(*stream)
+}
+
+// lease appends a leased entry for r at now and returns it. st.mu must be
+// held.
+func (st *stream) lease(name string, token store.Token, owner string, r store.LeaseRequest, now time.Time) store.Entry {
+	e := store.Entry{
+		Stream:      name,
+		Number:      st.last + 1,
+		State:       store.Leased,
+		Token:       token,
+		Owner:       owner,
+		OperationID: r.OperationID,
+		Kind:        r.Kind,
+		LeasedAt:    now,
+		ExpiresAt:   now.Add(r.TTL.Truncate(time.Microsecond)), // microseconds, like PostgreSQL
+	}
+	st.add(token, owner, r.OperationID, r.Kind, e.LeasedAt, e.ExpiresAt)
+	st.unresolved++
+	return e
 }
 
 // holding validates a (stream, number, token) call and returns the locked
 // stream and the entry. On success the caller must unlock st.mu.
-func (s *Store) holding(ctx context.Context, name string, number int64, token store.Token) (*stream, *store.Entry, error) {
+func (s *Store) holding(ctx context.Context, name string, number int64, token store.Token) (*stream, rec, error) {
 	if err := store.ValidateHolding(name, number, token); err != nil {
-		return nil, nil, err
+		return nil, rec{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+		return nil, rec{}, err
 	}
 	st, err := s.stream(name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
+		return nil, rec{}, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
 	}
 	st.mu.Lock()
 	e, err := st.entry(number)
 	if err != nil {
 		st.mu.Unlock()
-		return nil, nil, err
+		return nil, rec{}, err
 	}
-	if e.Token != token {
+	if e.token != token {
 		st.mu.Unlock()
-		return nil, nil, store.ErrTokenMismatch
+		return nil, rec{}, store.ErrTokenMismatch
 	}
 	return st, e, nil
 }
 
 // resolvedErr explains why a resolved entry refuses an operation.
-func resolvedErr(e *store.Entry) error {
-	if e.State == store.Committed && e.FilledAt.IsZero() {
+func resolvedErr(e rec) error {
+	if e.slot.state == stateCommitted && !e.filled() {
 		return store.ErrCommitted
 	}
-	return store.GapError(e.GapReason) // a gap, or a gap since filled
+	return store.GapError(e.text(xReason)) // a gap, or a gap since filled
 }
 
 // Commit implements the storage contract's Commit.
@@ -192,30 +264,46 @@ func (s *Store) Commit(ctx context.Context, name string, number int64, token sto
 		return time.Time{}, fmt.Errorf("commit: %w", err)
 	}
 	defer st.mu.Unlock()
-	t, err := s.commitLocked(name, st, e, p.Payload, s.clock(p.Now), p.Ordered)
+	t, err := s.commitLocked(name, st, e, number, p.Payload, s.clock(p.Now), p.Ordered)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("commit: %w", err)
 	}
 	return t, nil
 }
 
-// commitLocked commits e, held by the caller's token, at now. st.mu must be
-// held.
-func (s *Store) commitLocked(name string, st *stream, e *store.Entry, payload []byte, now time.Time, ordered bool) (time.Time, error) {
+// commitOne commits number with payload (nil for none), exactly as Commit
+// with CommitParams{Payload: payload, Ordered: ordered} does, without
+// allocating for the call (Commit's parameters escape).
+func (s *Store) commitOne(ctx context.Context, name string, number int64, token store.Token, payload []byte, ordered bool) (time.Time, error) {
+	st, e, err := s.holding(ctx, name, number, token)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("commit: %w", err)
+	}
+	defer st.mu.Unlock()
+	t, err := s.commitLocked(name, st, e, number, payload, s.clock(nil), ordered)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("commit: %w", err)
+	}
+	return t, nil
+}
+
+// commitLocked commits e, number n, held by the caller's token, at now.
+// st.mu must be held.
+func (s *Store) commitLocked(name string, st *stream, e rec, n int64, payload []byte, now time.Time, ordered bool) (time.Time, error) {
 	switch {
-	case e.State == store.Committed && e.FilledAt.IsZero():
-		return e.ResolvedAt, nil // the holder's retry: same outcome, no second write
-	case e.State != store.Leased:
+	case e.slot.state == stateCommitted && !e.filled():
+		return e.time(tResolved), nil // the holder's retry: same outcome, no second write
+	case e.slot.state != stateLeased:
 		return time.Time{}, resolvedErr(e)
-	case !now.Before(e.ExpiresAt):
+	case now.UnixMicro() >= e.at[tExpires]: // !now.Before(ExpiresAt); both are microseconds
 		return time.Time{}, store.ErrExpired
-	case ordered && st.firstUnresolved < e.Number:
+	case ordered && st.firstUnresolved < n:
 		return time.Time{}, fmt.Errorf("%w: %d is unresolved", store.ErrNotReady, st.firstUnresolved)
 	}
 	if payload != nil {
-		e.Payload = slices.Clone(payload)
+		e.setPayload(payload)
 	}
-	s.resolve(name, st, e, store.Committed, now)
+	s.resolve(name, st, e, n, stateCommitted, now)
 	return now, nil
 }
 
@@ -231,13 +319,13 @@ func (s *Store) Release(ctx context.Context, name string, number int64, token st
 	}
 	defer st.mu.Unlock()
 	switch {
-	case e.GapReason == store.ReasonReleased:
+	case e.text(xReason) == store.ReasonReleased:
 		return nil // repeated release (the gap may have been filled since)
-	case e.State != store.Leased:
+	case e.slot.state != stateLeased:
 		return fmt.Errorf("release: %w", resolvedErr(e))
 	}
-	e.GapReason = store.ReasonReleased
-	s.resolve(name, st, e, store.Gap, s.clock(pinned))
+	e.setText(xReason, store.ReasonReleased)
+	s.resolve(name, st, e, number, stateGap, s.clock(pinned))
 	return nil
 }
 
@@ -254,16 +342,17 @@ func (s *Store) Extend(ctx context.Context, name string, number int64, token sto
 		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", err)
 	}
 	defer st.mu.Unlock()
-	if e.State != store.Leased {
+	if e.slot.state != stateLeased {
 		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", resolvedErr(e))
 	}
 	now := s.clock(p.Now)
-	if !now.Before(e.ExpiresAt) {
+	if !now.Before(e.time(tExpires)) {
 		return time.Time{}, time.Time{}, fmt.Errorf("extend: %w", store.ErrExpired)
 	}
-	e.ExpiresAt = now.Add(p.TTL.Truncate(time.Microsecond))
-	e.Renewals++
-	return now, e.ExpiresAt, nil
+	expiresAt := now.Add(p.TTL.Truncate(time.Microsecond))
+	e.setTime(tExpires, expiresAt)
+	e.renewals++
+	return now, expiresAt, nil
 }
 
 // ResolveExpired implements the storage contract's ResolveExpired.
@@ -280,9 +369,9 @@ func (s *Store) ResolveExpired(ctx context.Context, name string, number int64, p
 		return fmt.Errorf("resolve expired: %w", err)
 	}
 	defer st.mu.Unlock()
-	e.GapReason = reason
-	e.RecoveredAs = p.RecoveredAs
-	s.resolve(name, st, e, store.Gap, now)
+	e.setText(xReason, reason)
+	e.recoveredAs = p.RecoveredAs
+	s.resolve(name, st, e, number, stateGap, now)
 	return nil
 }
 
@@ -308,11 +397,11 @@ func (s *Store) ResolveExpiredBatch(ctx context.Context, name string, numbers []
 	var resolved []int64
 	for _, n := range slices.Sorted(slices.Values(numbers)) {
 		e, err := st.entry(n)
-		if err != nil || e.State != store.Leased || now.Before(e.ExpiresAt) {
+		if err != nil || e.slot.state != stateLeased || now.Before(e.time(tExpires)) {
 			continue
 		}
-		e.GapReason = reason
-		s.resolve(name, st, e, store.Gap, now)
+		e.setText(xReason, reason)
+		s.resolve(name, st, e, n, stateGap, now)
 		resolved = append(resolved, n)
 	}
 	return resolved, nil
@@ -325,12 +414,12 @@ func (s *Store) RecoverExpired(ctx context.Context, name string, number int64, p
 	if err := store.ValidateRecover(name, number, p); err != nil {
 		return 0, fmt.Errorf("recover expired: %w", err)
 	}
-	st, old, now, err := s.expired(ctx, name, number, p.Now)
+	st, _, now, err := s.expired(ctx, name, number, p.Now)
 	if err != nil {
 		return 0, fmt.Errorf("recover expired: %w", err)
 	}
 	defer st.mu.Unlock()
-	return s.moveLocked(name, st, old.Number, now, p), nil
+	return s.moveLocked(name, st, number, now, p), nil
 }
 
 // moveLocked appends a committed entry carrying p.Payload and turns the
@@ -338,26 +427,16 @@ func (s *Store) RecoverExpired(ctx context.Context, name string, number int64, p
 // number. st.mu must be held.
 func (s *Store) moveLocked(name string, st *stream, number int64, now time.Time, p *store.RecoverParams) int64 {
 	old := st.at(number)
-	moved := st.last + 1
-	st.add(store.Entry{
-		Stream:        name,
-		Number:        moved,
-		State:         store.Leased, // resolved just below
-		Token:         store.NewToken(),
-		Owner:         p.Owner,
-		OperationID:   old.OperationID,
-		Kind:          old.Kind,
-		LeasedAt:      now,
-		ExpiresAt:     now,
-		Payload:       slices.Clone(p.Payload),
-		RecoveredFrom: number,
-		RecoveryType:  p.RecoveryType,
-	})
+	e := st.add(store.NewToken(), p.Owner, old.text(xOperation), old.text(xKind), now, now) // leased; resolved just below
+	moved := st.last
+	e.setPayload(p.Payload)
+	e.recoveredFrom = number
+	e.setText(xRecoveryType, p.RecoveryType)
 	st.unresolved++
-	old.GapReason = cmp.Or(p.Reason, store.ReasonRecovered)
-	old.RecoveredAs = moved
-	s.resolve(name, st, old, store.Gap, now)
-	s.resolve(name, st, st.at(moved), store.Committed, now)
+	old.setText(xReason, cmp.Or(p.Reason, store.ReasonRecovered))
+	old.recoveredAs = moved
+	s.resolve(name, st, old, number, stateGap, now)
+	s.resolve(name, st, e, moved, stateCommitted, now)
 	return moved
 }
 
@@ -389,9 +468,9 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, name string, items []st
 		e, err := st.entry(it.Number)
 		switch {
 		case err != nil:
-		case e.State != store.Leased:
+		case e.slot.state != stateLeased:
 			err = resolvedErr(e)
-		case now.Before(e.ExpiresAt):
+		case now.Before(e.time(tExpires)):
 			err = store.ErrNotExpired
 		}
 		if err != nil {
@@ -406,27 +485,27 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, name string, items []st
 
 // expired returns the locked stream and the leased, expired entry number
 // (or why not). On success the caller must unlock st.mu.
-func (s *Store) expired(ctx context.Context, name string, number int64, pinned *time.Time) (*stream, *store.Entry, time.Time, error) {
+func (s *Store) expired(ctx context.Context, name string, number int64, pinned *time.Time) (*stream, rec, time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, nil, time.Time{}, err
+		return nil, rec{}, time.Time{}, err
 	}
 	st, err := s.stream(name)
 	if err != nil {
-		return nil, nil, time.Time{}, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
+		return nil, rec{}, time.Time{}, fmt.Errorf("%w: number %d", store.ErrNotFound, number)
 	}
 	st.mu.Lock()
 	e, err := st.entry(number)
 	now := s.clock(pinned)
 	switch {
 	case err != nil:
-	case e.State != store.Leased:
+	case e.slot.state != stateLeased:
 		err = resolvedErr(e)
-	case now.Before(e.ExpiresAt):
+	case now.Before(e.time(tExpires)):
 		err = store.ErrNotExpired
 	}
 	if err != nil {
 		st.mu.Unlock()
-		return nil, nil, time.Time{}, err
+		return nil, rec{}, time.Time{}, err
 	}
 	return st, e, now, nil
 }
@@ -482,8 +561,8 @@ func (st *stream) expired(out []store.Entry, name string, after int64, now time.
 	defer st.mu.Unlock()
 	for n := max(after+1, st.firstUnresolved); n <= st.last && len(out) < limit; n++ {
 		e := st.at(n)
-		if e.State == store.Leased && !now.Before(e.ExpiresAt) {
-			out = append(out, *e)
+		if e.slot.state == stateLeased && !now.Before(e.time(tExpires)) {
+			out = append(out, e.entry(name, n))
 		}
 	}
 	return out
@@ -509,7 +588,7 @@ func (s *Store) Read(ctx context.Context, name string, after int64, limit int) (
 	}
 	from := min(after+1, st.last+1)
 	to := min(from+int64(limit), st.last+1)
-	return st.clone(from, to), nil
+	return st.clone(name, from, to), nil
 }
 
 // Stats implements the storage contract's Stats.
@@ -534,9 +613,8 @@ func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, erro
 		LowPoint:   st.low,
 	}
 	if st.unresolved > 0 {
-		oldest := st.at(st.firstUnresolved)
-		stats.OldestUnresolved = oldest.Number
-		stats.OldestUnresolvedAt = oldest.LeasedAt
+		stats.OldestUnresolved = st.firstUnresolved
+		stats.OldestUnresolvedAt = st.at(st.firstUnresolved).time(tLeased)
 	}
 	return stats, nil
 }

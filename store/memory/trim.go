@@ -12,9 +12,9 @@ import (
 // point to that bound. Every entry of the prefix is resolved: the watermark
 // cursor is past it.
 //
-// The dropped entries are cleared, so their payloads can be collected at
-// once, and the ledger's chunks wholly below the bound go (ledger.trim):
-// O(1) per trimmed entry.
+// The ledger's chunks wholly below the bound go, with their payloads; the
+// trimmed entries of the chunk the bound cuts are cleared, and what they
+// referred to goes with that chunk (ledger.trim): O(1) per trimmed entry.
 func (s *Store) Trim(ctx context.Context, name string, below int64) (int64, error) {
 	if err := store.ValidateTrim(name, below); err != nil {
 		return 0, fmt.Errorf("trim: %w", err)

@@ -38,10 +38,10 @@ func (s *Store) CommitBatch(ctx context.Context, name string, items []store.Comm
 		case err != nil:
 		case it.Func != nil:
 			err = fmt.Errorf("transaction functions: %w", store.ErrUnsupported)
-		case e.Token != it.Token:
+		case e.token != it.Token:
 			err = store.ErrTokenMismatch
 		default:
-			out[i].ResolvedAt, err = s.commitLocked(name, st, e, it.Payload, now, p.Ordered)
+			out[i].ResolvedAt, err = s.commitLocked(name, st, e, it.Number, it.Payload, now, p.Ordered)
 		}
 		if err != nil {
 			out[i].Err = fmt.Errorf("commit: %w", err)
@@ -71,7 +71,7 @@ func (s *Store) Snapshot(ctx context.Context, name string, limit int) (store.Sna
 	defer st.mu.Unlock()
 	snap := store.Snapshot{Watermark: st.firstUnresolved - 1, Known: st.last}
 	for n := st.firstUnresolved; n <= st.last; n++ {
-		if st.at(n).State == store.Leased {
+		if st.at(n).slot.state == stateLeased {
 			snap.Unresolved = append(snap.Unresolved, n)
 			if len(snap.Unresolved) == limit { // cut: describe up to here, as PostgreSQL does
 				snap.Known = n
@@ -106,7 +106,7 @@ func (s *Store) ReadResolved(ctx context.Context, name string, after int64, limi
 	if to <= from {
 		return nil, nil
 	}
-	return st.clone(from, to), nil
+	return st.clone(name, from, to), nil
 }
 
 // Watch delivers every resolution to sink until ctx ends, synchronously from
