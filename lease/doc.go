@@ -107,6 +107,20 @@
 // context ends returns at once without failing the others. The memory
 // backend answers in process and is called directly.
 //
+// Three refinements keep the statements few and full when many goroutines
+// take turns. A leader whose batch the callers answered a moment before are
+// about to join (they were woken together, and call again at once) waits
+// for them, briefly and with a bound, rather than go alone and split them
+// in two statements. While the Manager's callers keep coming back at once
+// (goroutines acquiring and releasing in a loop), a leader also waits for
+// the statements still out, of either kind: every caller then goes in one
+// statement per round (measured: fewer, fuller statements, which do not
+// contend with each other for the same pages and WAL flushes). And once
+// PostgreSQL has decided an acquire statement, before its commit is
+// durable (the rows come ahead of the commit; see store/postgres), the
+// next batch may be sent: no caller learns its outcome before its commit
+// returns. Waiting changes when an item is decided, never how.
+//
 // # Lifecycle and failures
 //
 // New gives a working Manager; Start adds the notice watch and the

@@ -61,8 +61,14 @@
 // lease_history, the audit trail (namedlease.go). Acquires of several names
 // run in one statement that reads before it writes: a held name costs no
 // write (a waiting acquire only marks it wanted, now and then), a free one
-// is taken by a conditional upsert. Releases of several names run in one
-// statement too, which commits without waiting for its WAL flush.
+// is taken by a conditional update (or insert, for a name never held)
+// compared with the statement's snapshot. Releases of several names run in
+// one statement too, which commits without waiting for its WAL flush. Both
+// statements are linear in their items (no part joins the items against
+// the items) and take rows in name order. An acquire batch may ask for its
+// rows ahead of its commit (decided.go: a Flush request before the Sync),
+// so that the caller can send its next batch while this one's WAL flush
+// runs; the outcomes count only once the commit returned.
 // CheckFence guards a write in the caller's transaction with the lease's
 // fencing token. Ends of holdings are announced on the schema's channel
 // with the payload "l<TAB>name" (a release only when the name is wanted),

@@ -91,7 +91,8 @@ FROM (SELECT ` + nowf(2) + ` AS t) x LEFT JOIN {s}.leases l ON l.name = $1`,
 		// The acquire of one name that does not wait ($1, the owner $2,
 		// the TTL $3 and MaxRenewals $4): the statement of acquireSQL
 		// without arrays and without the mark, for the most common call,
-		// alone (it costs a tenth less). It returns the same columns.
+		// alone (it costs a tenth less). It returns the same columns, in
+		// one row: granted, held (the holder), or neither (read again).
 		acquireOne: `
 WITH x AS (SELECT ` + nowf(5) + ` AS t),
 o AS (
@@ -114,8 +115,8 @@ o AS (
 	UNION ALL
 	SELECT $1, $2, up.fence, 'acquired', up.acquired_at, up.expires_at FROM up WHERE $6::boolean
 )
-SELECT 1::bigint, x.t, up.fence, up.acquired_at, up.expires_at, o.owner, o.fence, o.expires_at, o.held IS TRUE, false, false
-FROM x LEFT JOIN up ON true LEFT JOIN o ON true`,
+SELECT 1::bigint, NULL::text, x.t, up.fence, up.acquired_at, up.expires_at, o.owner, o.fence, o.expires_at, false, false
+FROM x LEFT JOIN up ON true LEFT JOIN o ON o.held`,
 
 		// Fenced by the exact holding (name, fence, owner); the clock in the
 		// WHERE clause is read again after a row lock wait, and the new
@@ -139,8 +140,9 @@ SELECT acquired_at, renewed_at, expires_at, renewals, max_renewals FROM u`,
 
 		// The releases of distinct names, fenced by the exact holdings;
 		// the NOTIFY only for names a waiter wants. It returns the
-		// ordinals of the released items. With $7, its transaction
-		// commits without waiting for the WAL flush (see ReleaseLeases).
+		// ordinals of the released items (u returns them: nothing joins
+		// the items against the items). With $7, its transaction commits
+		// without waiting for the WAL flush (see ReleaseLeases).
 		release: `
 WITH r AS (
 	SELECT r.* FROM (SELECT $1::text[] AS a, $2::bigint[] AS b, $3::text[] AS c OFFSET 0) p
@@ -149,14 +151,14 @@ WITH r AS (
 ), u AS (
 	UPDATE {s}.leases l SET ended_at = ` + nowf(4) + `, end_reason = 'released'
 	FROM r WHERE l.name = r.name AND l.fence = r.fence AND l.owner = r.owner AND l.ended_at IS NULL
-	RETURNING l.name, l.owner, l.fence, l.ended_at, l.expires_at, l.wanted_until > l.ended_at AS wanted
+	RETURNING r.i, l.name, l.owner, l.fence, l.ended_at, l.expires_at, l.wanted_until > l.ended_at AS wanted
 ), h AS (
 	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
 	SELECT u.name, u.owner, u.fence, 'released', u.ended_at, u.expires_at FROM u WHERE $5::boolean
 ), c AS (
 	SELECT set_config('synchronous_commit', 'off', true) WHERE $7::boolean
 )
-SELECT r.i FROM r JOIN u ON u.name = r.name
+SELECT u.i FROM u
 	LEFT JOIN LATERAL (SELECT pg_notify($6, 'l' || chr(9) || u.name) WHERE u.wanted) n ON true
 	LEFT JOIN c ON true`,
 
@@ -260,23 +262,37 @@ DELETE FROM {s}.lease_history h USING d WHERE h.id = d.id`,
 
 // acquireSQL returns the acquires of distinct names ($1), in one
 // statement. r reads each name's holding in the statement's snapshot (o_*).
-// For the names it shows free, the upsert inserts the first holding, or
-// replaces one that ended or expired, with the clock read again after the
-// row lock (a reading taken before a lock wait could predate a release the
-// upsert then sees). When it replaces, it compares the row it locked with
-// the snapshot (fence, expiry, ended or not): a row that changed in between
-// (a concurrent first insert, a takeover, a late renewal) is left alone,
-// and the caller reads again; so the holding recorded as expired is exactly
-// the one replaced. For the names the snapshot shows held, nothing is
-// written, except, with mark, the wanted mark of a waiting acquire ($5 > 0)
-// whose mark would run out within $5: mark re-checks, on the row it locks,
-// that the holding is still live, so a release either committed before
-// (mark updates nothing, and the caller reads again) or sees the mark and
-// notifies. Without mark (no acquire of the statement waits) the mark is a
-// CTE of no rows, and the statement has no UPDATE to set up: a try-acquire
-// costs a little less. $7 turns the history on.
+// For the names it shows free, u replaces a holding that ended or expired,
+// and n inserts the first holding of a name that has none. u compares the
+// row it locks with the snapshot (fence, expiry, ended or not): a row that
+// changed in between (a takeover, a late renewal, a release) is left alone,
+// and so is a name n finds inserted meanwhile (ON CONFLICT DO NOTHING); the
+// caller reads those again; so the holding recorded as expired is exactly
+// the one replaced. u reads the clock for the new holding when it writes
+// the row, after the snapshot: a decision that a holding ended or expired
+// stays true while u waits for the row (a holding that ended or expired
+// comes back only through a new holding, which changes the row, and then u
+// re-checks it against the snapshot and leaves it). For the names the
+// snapshot shows held, nothing is written, except, with mark, the wanted
+// mark of a waiting acquire ($5 > 0) whose mark would run out within $5:
+// mark re-checks, on the row it locks, that the holding is still live, so
+// a release either committed before (mark updates nothing, and the caller
+// reads again) or sees the mark and notifies. Without mark (no acquire of
+// the statement waits) the mark is a CTE of no rows, and the statement has
+// no UPDATE to set up: a try-acquire costs a little less. $7 turns the
+// history on.
+//
+// Every part of the statement is linear in the number of names: the
+// updates return the ordinal (i) of their item, and the result is a union
+// of the outcomes (granted by u, by n, held, marked), one row each, which
+// the caller sorts by item (by name for n, which cannot return i); no part
+// joins the items against the items. The caller sends the names in sorted
+// order, so that u (which walks the items in order, probing leases by key)
+// locks rows in name order, as every batch does, and two batches that
+// share names do not lock them in opposite orders; a deadlock that happens
+// anyway is retried one name per statement (rounds).
 func acquireSQL(mark bool) string {
-	m := `SELECT NULL::text AS name, NULL::text AS owner, NULL::bigint AS fence, NULL::timestamptz AS expires_at WHERE false`
+	m := `SELECT NULL::bigint AS i, NULL::text AS owner, NULL::bigint AS fence, NULL::timestamptz AS expires_at WHERE false`
 	if mark {
 		m = `
 	UPDATE {s}.leases l SET wanted_until = x.t + 2 * r.wait * interval '1 microsecond'
@@ -284,7 +300,7 @@ func acquireSQL(mark bool) string {
 	WHERE l.name = r.name AND r.held AND r.wait > 0
 		AND (l.wanted_until IS NULL OR l.wanted_until < x.t + r.wait * interval '1 microsecond')
 		AND l.ended_at IS NULL AND l.expires_at > ` + nowf(6) + `
-	RETURNING l.name, l.owner, l.fence, l.expires_at`
+	RETURNING r.i, l.owner, l.fence, l.expires_at`
 	}
 	return `WITH x AS (SELECT ` + nowf(6) + ` AS t),
 r AS (
@@ -295,30 +311,45 @@ r AS (
 	CROSS JOIN unnest(p.a, p.b, p.c, p.d, p.e) WITH ORDINALITY AS r(name, owner, ttl, max_renewals, wait, i)
 	CROSS JOIN x LEFT JOIN {s}.leases l ON l.name = r.name
 	WHERE r.i >= 1 AND r.i <= cardinality(p.a)
-), up AS (
-	INSERT INTO {s}.leases AS l (name, owner, fence, acquired_at, renewed_at, expires_at, renewals, max_renewals)
-	SELECT r.name, r.owner, 1, x.t, x.t, x.t + r.ttl * interval '1 microsecond', 0, r.max_renewals
-	FROM r, x WHERE r.held IS NOT TRUE ORDER BY r.name
-	ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, fence = l.fence + 1,
-		(acquired_at, renewed_at, expires_at) = (SELECT y.t, y.t, y.t + q.ttl * interval '1 microsecond'
-			FROM (SELECT ` + nowf(6) + ` AS t) y, r q WHERE q.name = l.name),
-		renewals = 0, max_renewals = EXCLUDED.max_renewals, ended_at = NULL, end_reason = NULL
-	WHERE (l.fence, l.expires_at, l.ended_at IS NULL) = (SELECT q.o_fence, q.o_expires, q.o_ended IS NULL FROM r q WHERE q.name = l.name)
+), u AS (
+	UPDATE {s}.leases l SET owner = r.owner, fence = l.fence + 1,
+		(acquired_at, renewed_at, expires_at) = (SELECT y.t, y.t, y.t + r.ttl * interval '1 microsecond'
+			FROM (SELECT ` + nowf(6) + ` AS t) y),
+		renewals = 0, max_renewals = r.max_renewals, ended_at = NULL, end_reason = NULL
+	FROM r
+	WHERE l.name = r.name AND NOT r.held
+		AND (l.fence, l.expires_at, l.ended_at IS NULL) = (r.o_fence, r.o_expires, r.o_ended IS NULL)
 		AND (l.ended_at IS NOT NULL OR l.expires_at <= ` + nowf(6) + `)
-	RETURNING l.name, l.fence, l.acquired_at, l.expires_at
+	RETURNING r.i, l.name, l.owner, l.fence, l.acquired_at, l.expires_at, r.o_owner, r.o_fence, r.o_expires,
+		r.o_ended IS NULL AS o_live
+), n AS (
+	INSERT INTO {s}.leases (name, owner, fence, acquired_at, renewed_at, expires_at, renewals, max_renewals)
+	SELECT r.name, r.owner, 1, x.t, x.t, x.t + r.ttl * interval '1 microsecond', 0, r.max_renewals
+	FROM r, x WHERE r.o_fence IS NULL
+	ON CONFLICT (name) DO NOTHING
+	RETURNING name, owner, fence, acquired_at, expires_at
 ), mark AS (` + m + `
 ), h AS (
 	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT r.name, r.o_owner, r.o_fence, 'expired', r.o_expires, r.o_expires FROM up JOIN r ON r.name = up.name
-	WHERE $7::boolean AND r.o_fence IS NOT NULL AND r.o_ended IS NULL
+	SELECT u.name, u.o_owner, u.o_fence, 'expired', u.o_expires, u.o_expires FROM u WHERE $7::boolean AND u.o_live
 	UNION ALL
-	SELECT up.name, r.owner, up.fence, 'acquired', up.acquired_at, up.expires_at FROM up JOIN r ON r.name = up.name
-	WHERE $7::boolean
+	SELECT u.name, u.owner, u.fence, 'acquired', u.acquired_at, u.expires_at FROM u WHERE $7::boolean
+	UNION ALL
+	SELECT n.name, n.owner, n.fence, 'acquired', n.acquired_at, n.expires_at FROM n WHERE $7::boolean
 )
-SELECT r.i, x.t, up.fence, up.acquired_at, up.expires_at, COALESCE(m.owner, r.o_owner),
-	COALESCE(m.fence, r.o_fence), COALESCE(m.expires_at, r.o_expires), r.held IS TRUE, m.name IS NOT NULL,
+SELECT u.i, NULL::text, NULL::timestamptz, u.fence, u.acquired_at, u.expires_at, NULL::text, NULL::bigint,
+	NULL::timestamptz, false, false
+FROM u
+UNION ALL
+SELECT NULL, n.name, NULL, n.fence, n.acquired_at, n.expires_at, NULL, NULL, NULL, false, false
+FROM n
+UNION ALL
+SELECT r.i, NULL, x.t, NULL, NULL, NULL, r.o_owner, r.o_fence, r.o_expires, false,
 	r.wait > 0 AND (r.o_wanted IS NULL OR r.o_wanted < x.t + r.wait * interval '1 microsecond')
-FROM r CROSS JOIN x LEFT JOIN up ON up.name = r.name LEFT JOIN mark m ON m.name = r.name`
+FROM r, x WHERE r.held
+UNION ALL
+SELECT m.i, NULL, NULL, NULL, NULL, NULL, m.owner, m.fence, m.expires_at, true, false
+FROM mark m`
 }
 
 // lq returns the named-lease statements of s's schema (its NOTIFY channel
@@ -394,8 +425,12 @@ func (s *Store) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequ
 		}
 		todo = append(todo, i)
 	}
+	decided := p.Decided
+	if decided != nil {
+		decided = sync.OnceFunc(decided)
+	}
 	rounds(todo, func(i int) string { return reqs[i].Name }, func(round []int) ([]int, error) {
-		return s.acquireRound(ctx, reqs, round, p, out)
+		return s.acquireRound(ctx, reqs, round, p, decided, out)
 	}, func(i int, err error) {
 		if err == nil {
 			err = fmt.Errorf("%q kept changing under concurrent writers", reqs[i].Name)
@@ -405,9 +440,18 @@ func (s *Store) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequ
 	return out
 }
 
+// maxLeaseAttempts bounds the statements that try one acquire or release
+// whose row changed under each of them (an acquire that saw the name free
+// but found another acquirer had taken it first; a release whose holding
+// was renewed meanwhile). Each try reads a new snapshot, so losing again
+// takes yet another change of the row in between: when a handful of
+// goroutines acquire and release one name in a tight loop, three tries
+// were seen to lose in a row about once in 4,000 acquires.
+const maxLeaseAttempts = 8
+
 // rounds runs the items of todo through run, in statements of distinct
 // names (name(i)) of at most maxLeaseStatement items; run returns the items
-// to try again. An item tried maxAttempts times, or every item left when
+// to try again. An item tried maxLeaseAttempts times, or every item left when
 // run fails, is given up (fail, with run's error or nil). A deadlock or
 // serialization failure of a statement of several items is retried with
 // one item per statement: a statement of several rows may meet a
@@ -429,7 +473,7 @@ func rounds(todo []int, name func(int) string, run func(round []int) (retry []in
 		}
 		var again []int
 		for _, i := range retry {
-			if tries[i]++; tries[i] == maxAttempts {
+			if tries[i]++; tries[i] == maxLeaseAttempts {
 				fail(i, nil)
 				continue
 			}
@@ -463,8 +507,13 @@ func isConflict(err error) bool {
 // acquireRound runs one acquire statement for the items round of reqs
 // (distinct names) and sets their outcomes in out, except for those it
 // returns: their rows changed under the statement, and they must be read
-// again.
-func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireLeaseRequest, round []int, p *store.LeaseBatchParams, out []store.AcquireLeaseResult) ([]int, error) {
+// again. With decided, the statement's rows come before its commit (see
+// queryDecided), and decided is called between the two.
+func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireLeaseRequest, round []int, p *store.LeaseBatchParams, decided func(), out []store.AcquireLeaseResult) ([]int, error) {
+	// In name order: the statement locks the rows it replaces in the order
+	// of its items, and every batch, here and in other processes, locks
+	// them in the same order (see acquireSQL).
+	round = slices.SortedFunc(slices.Values(round), func(a, b int) int { return strings.Compare(reqs[a].Name, reqs[b].Name) })
 	n := len(round)
 	names, owners := make([]string, n), make([]string, n)
 	ttls, waits := make([]int64, n), make([]int64, n)
@@ -473,59 +522,122 @@ func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireLeaseReque
 		r := reqs[i]
 		names[k], owners[k], ttls[k], waits[k], maxRenewals[k] = r.Name, r.Owner, r.TTL.Microseconds(), r.Wait.Microseconds(), int32(r.MaxRenewals)
 	}
-	var rows pgx.Rows
-	var err error
+	sql, args := s.lq().acquire, []any{names, owners, ttls, maxRenewals, waits, p.Now, !p.NoHistory}
 	switch {
 	case slices.ContainsFunc(waits, func(w int64) bool { return w > 0 }):
-		rows, err = s.db.Query(ctx, s.lq().acquireWait, names, owners, ttls, maxRenewals, waits, p.Now, !p.NoHistory)
+		sql = s.lq().acquireWait
 	case n == 1:
-		rows, err = s.db.Query(ctx, s.lq().acquireOne, names[0], owners[0], ttls[0], maxRenewals[0], p.Now, !p.NoHistory)
-	default:
-		rows, err = s.db.Query(ctx, s.lq().acquire, names, owners, ttls, maxRenewals, waits, p.Now, !p.NoHistory)
+		sql, args = s.lq().acquireOne, []any{names[0], owners[0], ttls[0], maxRenewals[0], p.Now, !p.NoHistory}
+	}
+	var rows pgx.Rows
+	var commit func() error
+	var err error
+	if decided != nil {
+		rows, commit, err = s.queryDecided(ctx, sql, args...)
+	} else {
+		rows, err = s.db.Query(ctx, sql, args...)
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	res := make([]store.AcquireLeaseResult, n)
-	var retry []int
-	for rows.Next() {
-		var (
-			k                      int64
-			now                    time.Time
-			fence, holderFence     *int64
-			acquired, expires      *time.Time
-			holder                 *string
-			holderExpires          *time.Time
-			held, marked, needMark bool
-		)
-		if err := rows.Scan(&k, &now, &fence, &acquired, &expires, &holder, &holderFence, &holderExpires, &held, &marked, &needMark); err != nil {
-			return nil, err
+	res, err := scanAcquires(rows, n, names)
+	if commit != nil {
+		if err == nil {
+			decided()
 		}
-		i := round[k-1]
-		r := reqs[i]
+		if cerr := commit(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil { // the statement, or its commit, failed: nothing happened
+		return nil, err
+	}
+	var retry []int
+	for k, i := range round {
+		r, o := reqs[i], res[k]
 		switch {
-		case fence != nil:
-			res[k-1].Lease = store.NamedLease{Name: r.Name, Owner: r.Owner, Fence: *fence, AcquiredAt: *acquired,
-				RenewedAt: *acquired, ExpiresAt: *expires, MaxRenewals: r.MaxRenewals, AsOf: *acquired}
-		case held && (marked || !needMark):
-			res[k-1].Err = fmt.Errorf("acquire lease: %w", &store.HeldError{Name: r.Name, Owner: *holder, Fence: *holderFence,
-				ExpiresAt: *holderExpires, AsOf: now})
+		case o.granted:
+			out[i].Lease = store.NamedLease{Name: r.Name, Owner: r.Owner, Fence: o.fence, AcquiredAt: o.acquired,
+				RenewedAt: o.acquired, ExpiresAt: o.expires, MaxRenewals: r.MaxRenewals, AsOf: o.acquired}
+		case o.held && (o.marked || !o.needMark):
+			out[i].Err = fmt.Errorf("acquire lease: %w", &store.HeldError{Name: r.Name, Owner: o.holder, Fence: o.holderFence,
+				ExpiresAt: o.holderExpires, AsOf: o.now})
 		default:
 			// Lost a race to a concurrent change of the row (a first
 			// insert, a takeover; or a release before the mark): read it.
 			retry = append(retry, i)
 		}
 	}
-	if err := rows.Err(); err != nil { // the statement, or its commit, failed: nothing happened
-		return nil, err
-	}
-	for k, i := range round {
-		if !slices.Contains(retry, i) {
-			out[i] = res[k]
+	return retry, nil
+}
+
+// acquireOutcome is what an acquire statement returned for one item.
+type acquireOutcome struct {
+	granted, held, marked, needMark bool
+	fence                           int64 // granted: the new holding's
+	acquired, expires               time.Time
+	now                             time.Time // held: when it was seen held
+	holder                          string    // held: the holder, as marked if marked
+	holderFence                     int64
+	holderExpires                   time.Time
+}
+
+// scanAcquires reads the rows of an acquire statement for the n items
+// names (in order) and closes them: one row per outcome, in any order,
+// naming its item by ordinal or, for a first holding, by name. A held item
+// may have two rows: held in the snapshot, and marked (whose holder, read
+// on the locked row, wins).
+func scanAcquires(rows pgx.Rows, n int, names []string) ([]acquireOutcome, error) {
+	defer rows.Close()
+	res := make([]acquireOutcome, n)
+	var byName map[string]int
+	for rows.Next() {
+		var (
+			k                      *int64
+			name, holder           *string
+			now, acquired, expires *time.Time
+			fence, holderFence     *int64
+			holderExpires          *time.Time
+			marked, needMark       bool
+		)
+		if err := rows.Scan(&k, &name, &now, &fence, &acquired, &expires, &holder, &holderFence, &holderExpires, &marked, &needMark); err != nil {
+			return nil, err
+		}
+		var j int
+		switch {
+		case k != nil:
+			j = int(*k) - 1
+		case name != nil:
+			if byName == nil {
+				byName = make(map[string]int, n)
+				for j, nm := range names {
+					byName[nm] = j
+				}
+			}
+			var ok bool
+			if j, ok = byName[*name]; !ok {
+				return nil, fmt.Errorf("postgres: acquire returned an unknown name %q", *name)
+			}
+		default:
+			return nil, errors.New("postgres: acquire returned a row without its item")
+		}
+		if j < 0 || j >= n {
+			return nil, fmt.Errorf("postgres: acquire returned item %d of %d", j+1, n)
+		}
+		o := &res[j]
+		switch {
+		case fence != nil:
+			o.granted, o.fence, o.acquired, o.expires = true, *fence, *acquired, *expires
+		case marked:
+			o.marked, o.holder, o.holderFence, o.holderExpires = true, *holder, *holderFence, *holderExpires
+		case holderFence != nil:
+			o.held, o.now, o.needMark = true, *now, needMark
+			if !o.marked {
+				o.holder, o.holderFence, o.holderExpires = *holder, *holderFence, *holderExpires
+			}
 		}
 	}
-	return retry, nil
+	return res, rows.Err()
 }
 
 // RenewLease moves the expiry of a live holding to now + p.TTL and counts a
@@ -637,6 +749,8 @@ func (s *Store) ReleaseLeases(ctx context.Context, reqs []store.LeaseHolding, p 
 // those it returns: still live holdings of the caller, which changed under
 // the statement and must be released again.
 func (s *Store) releaseRound(ctx context.Context, reqs []store.LeaseHolding, round []int, p *store.LeaseBatchParams, out []error) ([]int, error) {
+	// In name order, as the acquires lock rows (see acquireRound).
+	round = slices.SortedFunc(slices.Values(round), func(a, b int) int { return strings.Compare(reqs[a].Name, reqs[b].Name) })
 	n := len(round)
 	names, owners := make([]string, n), make([]string, n)
 	fences := make([]int64, n)

@@ -296,3 +296,59 @@ func TestAWaiterAndAReleaseCannotMissEachOther(t *testing.T) {
 		}
 	})
 }
+
+// TestAcquireLeasesSignalsDecided: AcquireLeases calls Decided once, before
+// it returns, when its statement's rows can come before its commit (a pool
+// in pgx's default mode), and never otherwise (the simple protocol, a
+// Store in a transaction); the outcomes are the same either way: a grant
+// for each free name, the holder for a held one.
+func TestAcquireLeasesSignalsDecided(t *testing.T) {
+	t.Parallel()
+	for _, simple := range []bool{false, true} {
+		for _, inTx := range []bool{false, true} {
+			t.Run(fmt.Sprintf("simple protocol %v, in a transaction %v", simple, inTx), func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				pool := pgtest.Shared(t, simple)
+				schema := pgtest.NewSchema(t, pool)
+				s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+				require.NoError(t, err)
+				held, err := s.AcquireLease(ctx, "held", "alice", &store.AcquireLeaseParams{TTL: time.Hour})
+				require.NoError(t, err)
+				var db postgres.DB = pool
+				if inTx {
+					tx, err := pool.Begin(ctx)
+					require.NoError(t, err)
+					defer func() { _ = tx.Rollback(ctx) }()
+					db = tx
+				}
+				bs, err := postgres.New(db, &postgres.Config{Schema: schema})
+				require.NoError(t, err)
+				for round := range 3 { // statements prepared, then reused
+					decided := 0
+					reqs := []store.AcquireLeaseRequest{
+						{Name: fmt.Sprint("c-", round), Owner: "bob", TTL: time.Minute},
+						{Name: "held", Owner: "bob", TTL: time.Minute},
+						{Name: fmt.Sprint("a-", round), Owner: "bob", TTL: time.Minute},
+					}
+					res := bs.AcquireLeases(ctx, reqs, &store.LeaseBatchParams{Decided: func() { decided++ }})
+					want := 1
+					if simple || inTx {
+						want = 0
+					}
+					require.Equal(t, want, decided, "round %d", round)
+					for i, r := range res {
+						if reqs[i].Name == "held" {
+							var he *store.HeldError
+							require.ErrorAs(t, r.Err, &he)
+							require.Equal(t, []any{"alice", held.Fence}, []any{he.Owner, he.Fence})
+							continue
+						}
+						require.NoError(t, r.Err)
+						require.Equal(t, []any{reqs[i].Name, "bob", int64(1)}, []any{r.Lease.Name, r.Lease.Owner, r.Lease.Fence})
+					}
+				}
+			})
+		}
+	}
+}

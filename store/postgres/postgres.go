@@ -48,6 +48,7 @@ type Store struct {
 	q       queries
 	channel string // the NOTIFY channel: the schema's name
 	logger  *slog.Logger
+	decided decidedSetup // see queryDecided
 }
 
 // New returns a Store on db. It validates the schema name but does not touch

@@ -1,0 +1,228 @@
+package lease_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/lease"
+	"github.com/seqlease/seqlease/store"
+)
+
+// testClock is a clock the test moves (for the batching's window).
+type testClock struct{ ns atomic.Int64 }
+
+func newTestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *testClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// TestCallersAnsweredTogetherAreSentTogether: goroutines whose acquires one
+// backend call answered, and which release at once, release in one backend
+// call, rather than the first to arrive alone and the others after it.
+func TestCallersAnsweredTogetherAreSentTogether(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newGatedStore()
+	m := newManager(t, s, &lease.Config{Owner: "m"})
+	clock := newTestClock()
+	lease.SetWaveClock(m, clock.now)
+	lease.SetWaveWait(m, 10*time.Second) // the leader waits for all of them, however slow the machine
+
+	entered, open := s.hold(true)
+	first := make(chan *lease.Lease, 1)
+	go func() {
+		l, err := m.TryAcquire(ctx, "first", nil)
+		noError(t, err)
+		first <- l
+	}()
+	wait(t, entered, "the first acquire is in flight")
+	names := []string{"a", "b", "c", "d"}
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			l, err := m.TryAcquire(ctx, name, nil)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			noError(t, err)
+		})
+		queued(t, m, i+1, 0)
+	}
+	open()
+	wg.Wait()
+	clock.advance(time.Second) // the wave is over
+	l := within(t, "the first acquire", func() *lease.Lease { return <-first })
+	require.NoError(t, l.Release(ctx))
+
+	acquires, releases, _ := s.calls()
+	require.Equal(t, [][]string{{"first"}, names}, acquires)
+	require.Len(t, releases, 2, "the four releases in one call, then the first's")
+	require.ElementsMatch(t, names, releases[0])
+	require.Equal(t, []string{"first"}, releases[1])
+}
+
+// decidingStore signals every batch decided before it passes the gate, as
+// the PostgreSQL backend does when a statement has run but its commit is
+// not yet durable.
+type decidingStore struct{ *gatedStore }
+
+func (s decidingStore) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
+	if p != nil && p.Decided != nil {
+		p.Decided()
+	}
+	return s.gatedStore.AcquireLeases(ctx, reqs, p)
+}
+
+// TestADecidedBatchHandsTheLeadOn: once the backend has decided a batch
+// (its commit still out), the next batch is sent, without waiting for the
+// first to return; with two out, the next waits for one of them.
+func TestADecidedBatchHandsTheLeadOn(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := decidingStore{newGatedStore()}
+	m := newManager(t, s, &lease.Config{Owner: "m"})
+	clock := newTestClock()
+	lease.SetWaveClock(m, clock.now)
+
+	var wg sync.WaitGroup
+	acquire := func(name string) {
+		wg.Go(func() {
+			l, err := m.TryAcquire(ctx, name, nil)
+			noError(t, err)
+			if l != nil && l.Name() != name {
+				t.Errorf("asked for %s, got %s", name, l.Name())
+			}
+		})
+	}
+	entered, open := s.hold(true)
+	acquire("x0") // alone: nobody could use an early lead
+	wait(t, entered, "x0 is in flight")
+	acquire("x1")
+	queued(t, m, 1, 0)
+	acquire("x2")
+	queued(t, m, 2, 0)
+	entered2, open2 := s.hold(true)
+	open()
+	wait(t, entered2, "x1 and x2 are in flight, decided")
+
+	entered3, open3 := s.hold(true)
+	acquire("x3")
+	wait(t, entered3, "x3 is sent while x1 and x2 are still out")
+	acquire("x4")
+	queued(t, m, 1, 0)
+	a, _ := lease.InFlight(m)
+	require.Equal(t, 2, a, "x4 waits: two backend calls are out")
+	calls, _, _ := s.calls()
+	require.Len(t, calls, 3)
+
+	entered4, open4 := s.hold(true)
+	open2()
+	wait(t, entered4, "x4 is sent once x1 and x2 returned")
+	open3()
+	open4()
+	wg.Wait()
+	acquires, _, _ := s.calls()
+	require.Equal(t, [][]string{{"x0"}, {"x1", "x2"}, {"x3"}, {"x4"}}, acquires)
+}
+
+// TestALeaderWaitingForAWaveReturnsWithItsContext: a leader that waits for
+// callers answered a moment ago returns at once when its context ends, and
+// sends nothing; the next call is not held up by the wave it gave up on
+// once the wave is over.
+func TestALeaderWaitingForAWaveReturnsWithItsContext(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newGatedStore()
+	m := newManager(t, s, &lease.Config{Owner: "m"})
+	clock := newTestClock()
+	lease.SetWaveClock(m, clock.now)
+	lease.SetWaveWait(m, 10*time.Second)
+
+	entered, open := s.hold(true)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := m.TryAcquire(ctx, "first", nil)
+		noError(t, err)
+	})
+	wait(t, entered, "the first acquire is in flight")
+	for i, name := range []string{"a", "b"} {
+		wg.Go(func() {
+			_, err := m.TryAcquire(ctx, name, nil)
+			noError(t, err)
+		})
+		queued(t, m, i+1, 0)
+	}
+	open()
+	wg.Wait() // a and b were answered together, and do not call again
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.TryAcquire(cctx, "c", nil)
+		errc <- err
+	}()
+	queued(t, m, 1, 0) // c leads, and waits for a and b
+	cancel()
+	require.ErrorIs(t, within(t, "the given-up leader returns", func() error { return <-errc }), context.Canceled)
+	queued(t, m, 0, 0)
+
+	clock.advance(time.Second)
+	l, err := m.TryAcquire(ctx, "d", nil)
+	require.NoError(t, err)
+	require.Equal(t, "d", l.Name())
+	acquires, _, _ := s.calls()
+	require.Equal(t, [][]string{{"first"}, {"a", "b"}, {"d"}}, acquires, "c was never sent")
+}
+
+// TestLoopingCallersWaitForTheCallsOut: while the Manager's callers come
+// back at once (a loop), a leader waits for the backend calls still out,
+// whose callers are about to call too, and sends when they are answered;
+// otherwise it sends at once.
+func TestLoopingCallersWaitForTheCallsOut(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newGatedStore()
+	m := newManager(t, s, &lease.Config{Owner: "m"})
+	lease.SetWaveWait(m, 10*time.Second)
+	lease.SetWaveLoop(m, 1)
+
+	a, err := m.TryAcquire(ctx, "a", nil)
+	require.NoError(t, err)
+	entered, open := s.hold(false)
+	released := make(chan error, 1)
+	go func() { released <- a.Release(ctx) }()
+	wait(t, entered, "a's release is out")
+	got := make(chan *lease.Lease, 1)
+	go func() {
+		l, err := m.TryAcquire(ctx, "b", nil)
+		noError(t, err)
+		got <- l
+	}()
+	queued(t, m, 1, 0) // b leads, and waits for the release out
+	acquires, _, _ := s.calls()
+	require.Equal(t, [][]string{{"a"}}, acquires)
+	open()
+	require.NoError(t, within(t, "a's release", func() error { return <-released }))
+	b := within(t, "b's acquire", func() *lease.Lease { return <-got })
+	require.NotNil(t, b)
+
+	lease.SetWaveLoop(m, 0)
+	entered, open = s.hold(false)
+	go func() { released <- b.Release(ctx) }()
+	wait(t, entered, "b's release is out")
+	c, err := m.TryAcquire(ctx, "c", nil) // no loop: it goes at once
+	require.NoError(t, err)
+	open()
+	require.NoError(t, within(t, "b's release", func() error { return <-released }))
+	require.NoError(t, c.Release(ctx))
+}
