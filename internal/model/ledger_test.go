@@ -133,6 +133,11 @@ type mhandle struct {
 	// the handle's local deadline may pass: an ordered commit waiting for
 	// earlier numbers then gives up with ErrExpired.
 	Deadline time.Time
+	// Latest is the latest instant at which it may pass: from then on the
+	// handle is surely over locally. The request that set the deadline
+	// started somewhere in its round's window, so the two are that
+	// window's width apart.
+	Latest time.Time
 }
 
 // mholding is the current or last holding of a named lease.
@@ -265,9 +270,10 @@ func (l *ledger) entry(stream string, n int64, token *store.Token) (*mentry, err
 	return e, nil
 }
 
-// localDeadline is the earliest backend instant at which a handle granted
-// ttl at a request sent at or after lo may end locally (sequence.Config
-// Margin left at its default).
+// localDeadline is the backend instant at which a handle granted ttl at a
+// request sent at lo ends locally (sequence.Config Margin left at its
+// default): the earliest for lo the start of the request's window, the
+// latest for lo its end.
 func localDeadline(lo time.Time, ttl time.Duration) time.Time {
 	return lo.Add(ttl - min(sequence.DefaultMaxMargin, ttl/10))
 }
@@ -294,7 +300,8 @@ func (l *ledger) lease(w window, id int, stream string, ttl time.Duration, got [
 		}
 		s.Entries = append(s.Entries, mentry{State: store.Leased, Token: e.Token, OpID: e.OperationID,
 			LeasedAt: e.LeasedAt, ExpiresAt: e.ExpiresAt})
-		l.handles[ref{id, i}] = mhandle{Stream: stream, Number: n, Token: e.Token, Deadline: localDeadline(w.lo, ttl)}
+		l.handles[ref{id, i}] = mhandle{Stream: stream, Number: n, Token: e.Token,
+			Deadline: localDeadline(w.lo, ttl), Latest: localDeadline(w.hi, ttl)}
 	}
 	return nil
 }
@@ -403,7 +410,7 @@ func (l *ledger) extend(w window, h ref, ttl time.Duration, got error, exp time.
 	case localReleased:
 		return allow(got, false, append(local, store.ErrReleased)...)
 	}
-	if !w.lo.Before(hd.Deadline) {
+	if !w.lo.Before(hd.Latest) {
 		return allow(got, false, store.ErrExpired) // surely over locally
 	}
 	e, err := l.entry(hd.Stream, hd.Number, &hd.Token)
@@ -430,7 +437,7 @@ func (l *ledger) extend(w window, h ref, ttl time.Duration, got error, exp time.
 	e.ExpiresAt = exp
 	// A handle extends only while it is not over locally: the local
 	// deadline moves with every success.
-	hd.Deadline = localDeadline(w.lo, ttl)
+	hd.Deadline, hd.Latest = localDeadline(w.lo, ttl), localDeadline(w.hi, ttl)
 	l.handles[h] = hd
 	return nil
 }

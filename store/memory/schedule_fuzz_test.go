@@ -136,6 +136,15 @@ type modelEntry struct {
 	// byHandle is what the handle itself resolved ("committed",
 	// "released"): its repeats answer locally.
 	byHandle string
+	// deadline is the handle's local deadline (sequence.Lease: its start
+	// plus the TTL less the default margin); from then on the handle is
+	// over, and an Extend through it is refused without asking the store.
+	deadline time.Time
+}
+
+// handleDeadline is the local deadline of a handle granted ttl at now.
+func handleDeadline(now time.Time, ttl time.Duration) time.Time {
+	return now.Add(ttl - min(sequence.DefaultMaxMargin, ttl/10))
 }
 
 // refusal is the error a resolved entry gives an operation that needs it
@@ -381,7 +390,7 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 					i, e.Number, e.LeasedAt, e.ExpiresAt, want, now, now.Add(ttl))
 			}
 			m.entries = append(m.entries, &modelEntry{number: e.Number, token: e.Token, state: store.Leased,
-				leasedAt: now, expires: e.ExpiresAt, handle: handles[i]})
+				leasedAt: now, expires: e.ExpiresAt, handle: handles[i], deadline: handleDeadline(now, ttl)})
 		}
 
 	case opCommitOrdered, opCommit:
@@ -505,8 +514,22 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 		var got error
 		var expires time.Time
 		if e.handle != nil && viaHandle && !foreign {
+			// The handle answers first from what it knows: what it
+			// resolved itself, or that it is over by its local deadline
+			// (the first of the two to happen stays its answer).
+			switch {
+			case e.byHandle == "committed":
+				want = store.ErrCommitted
+			case e.byHandle == "released":
+				want = store.ErrReleased
+			case !now.Before(e.deadline):
+				want = store.ErrExpired
+			}
 			got = e.handle.Extend(sc.ctx, ttl)
 			expires = e.handle.ExpiresAt()
+			if got == nil {
+				e.deadline = handleDeadline(now, ttl)
+			}
 		} else {
 			_, expires, got = sc.s.Extend(sc.ctx, m.name, e.number, sc.token(e, foreign), &store.ExtendParams{TTL: ttl})
 		}
