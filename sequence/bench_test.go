@@ -16,19 +16,26 @@ import (
 	"github.com/seqlease/seqlease/store/postgres"
 )
 
-// benchBackends returns constructors of fresh stores for benchmarks; the
-// PostgreSQL pool is sized for the largest worker count.
-func benchBackends(b *testing.B) map[string]func() fullStore {
+// benchBackend makes fresh stores of one backend for benchmarks.
+type benchBackend struct {
+	name     string
+	newStore func() fullStore
+}
+
+// benchBackends returns the backends in a fixed order (memory, then
+// PostgreSQL), so that runs list their rows alike; the PostgreSQL pool is
+// sized for the largest worker count.
+func benchBackends(b *testing.B) []benchBackend {
 	pool, err := pgtest.NewPool(context.Background(), &pgtest.Options{MaxConns: 24})
 	require.NoError(b, err)
 	b.Cleanup(pool.Close)
-	return map[string]func() fullStore{
-		"memory": func() fullStore { return memory.New(nil) },
-		"postgres": func() fullStore {
+	return []benchBackend{
+		{"memory", func() fullStore { return memory.New(nil) }},
+		{"postgres", func() fullStore {
 			s, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(b, pool)})
 			require.NoError(b, err)
 			return s
-		},
+		}},
 	}
 }
 
@@ -56,17 +63,28 @@ func runWorkers(b *testing.B, workers int, op func(ctx context.Context) error) {
 }
 
 // BenchmarkOrderedCommit measures lease + ordered commit on one stream: the
-// whole ordered pipeline, with group commit and lease coalescing on and off.
+// whole ordered pipeline. On PostgreSQL it runs with group commit and lease
+// coalescing on (the defaults) and off (MaxGroup and MaxLeaseBatch 1). On
+// memory there is no such dimension: the Leaser turns both off on a store
+// that answers in process (sequence.New, Config.MaxGroup), so "on" and "off"
+// would measure the same configuration twice.
 func BenchmarkOrderedCommit(b *testing.B) {
-	for name, newStore := range benchBackends(b) {
-		for _, grouped := range []bool{true, false} {
+	type config struct {
+		name string
+		cfg  sequence.Config
+	}
+	for _, backend := range benchBackends(b) {
+		configs := []config{{"", sequence.Config{}}}
+		if backend.name == "postgres" {
+			configs = []config{
+				{"/group=on", sequence.Config{}},
+				{"/group=off", sequence.Config{MaxGroup: 1, MaxLeaseBatch: 1}},
+			}
+		}
+		for _, c := range configs {
 			for _, workers := range []int{1, 4, 16} {
-				b.Run(fmt.Sprintf("%s/group=%v/workers=%d", name, grouped, workers), func(b *testing.B) {
-					cfg := sequence.Config{}
-					if !grouped {
-						cfg = sequence.Config{MaxGroup: 1, MaxLeaseBatch: 1}
-					}
-					l, _ := leaserOn(b, newStore(), cfg)
+				b.Run(fmt.Sprintf("%s%s/workers=%d", backend.name, c.name, workers), func(b *testing.B) {
+					l, _ := leaserOn(b, backend.newStore(), c.cfg)
 					runWorkers(b, workers, func(ctx context.Context) error {
 						x, err := l.Lease(ctx, "bench", &sequence.LeaseOpts{TTL: time.Minute})
 						if err != nil {
@@ -82,10 +100,10 @@ func BenchmarkOrderedCommit(b *testing.B) {
 
 // BenchmarkUnorderedComplete measures lease + Complete (no ordering wait).
 func BenchmarkUnorderedComplete(b *testing.B) {
-	for name, newStore := range benchBackends(b) {
+	for _, backend := range benchBackends(b) {
 		for _, workers := range []int{1, 16} {
-			b.Run(fmt.Sprintf("%s/workers=%d", name, workers), func(b *testing.B) {
-				l, _ := leaserOn(b, newStore(), sequence.Config{})
+			b.Run(fmt.Sprintf("%s/workers=%d", backend.name, workers), func(b *testing.B) {
+				l, _ := leaserOn(b, backend.newStore(), sequence.Config{})
 				runWorkers(b, workers, func(ctx context.Context) error {
 					x, err := l.Lease(ctx, "bench", &sequence.LeaseOpts{TTL: time.Minute})
 					if err != nil {
@@ -100,9 +118,9 @@ func BenchmarkUnorderedComplete(b *testing.B) {
 
 // BenchmarkLeaseN measures batch leasing: numbers per second, 100 a call.
 func BenchmarkLeaseN(b *testing.B) {
-	for name, newStore := range benchBackends(b) {
-		b.Run(name, func(b *testing.B) {
-			l, _ := leaserOn(b, newStore(), sequence.Config{})
+	for _, backend := range benchBackends(b) {
+		b.Run(backend.name, func(b *testing.B) {
+			l, _ := leaserOn(b, backend.newStore(), sequence.Config{})
 			ctx := context.Background()
 			b.ResetTimer()
 			start := time.Now()
