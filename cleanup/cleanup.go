@@ -91,7 +91,7 @@ type Config struct {
 	// PartialWork and Retry steps. Optional.
 	WorkTracker      recovery.WorkTracker
 	OperationTracker recovery.OperationTracker
-	// Probe classifies the load. Default: recovery.DefaultProbe.
+	// Probe classifies the load. Default: recovery.DefaultProbe().
 	Probe recovery.LoadProbe
 	// PoolSaturation reports the share of the connection pool in use
 	// (0..1), a signal for Probe. Default: the store's PoolSaturation
@@ -336,7 +336,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 		sv.selector = sel
 	}
 	if sv.probe == nil {
-		sv.probe = recovery.DefaultProbe
+		sv.probe = recovery.DefaultProbe()
 	}
 	if cfg.MinStepSuccessRate > 0 {
 		sv.rates = &recovery.RateFilter{Selector: sv.selector, MinRate: cfg.MinStepSuccessRate,

@@ -63,19 +63,22 @@ type ThresholdProbe struct {
 	LatencyMedium, LatencyHigh       time.Duration
 }
 
-// DefaultProbe is the ThresholdProbe the cleanup loop uses by default: a
-// backlog of 1,000 expired leases is medium load and 10,000 high; a pool 70%
-// in use is medium and 90% high; cycles of 5 s are medium and 20 s high.
+// DefaultProbe returns the ThresholdProbe the cleanup loop uses by default:
+// a backlog of 1,000 expired leases is medium load and 10,000 high; a pool
+// 70% in use is medium and 90% high; cycles of 5 s are medium and 20 s high.
+// Each call returns a new value: change a copy's thresholds to tune it.
 //
 // The backlog thresholds bound the time the trackers add to a mass expiry,
 // not the database's work: the loop writes recoveries in batches, so moving
 // work costs the database about what a gap does, while the trackers are the
 // caller's and may be remote (10,000 calls of 1 ms are 10 s during which the
 // barrier waits).
-var DefaultProbe = ThresholdProbe{
-	BacklogMedium: 1000, BacklogHigh: 10_000,
-	SaturationMedium: 0.7, SaturationHigh: 0.9,
-	LatencyMedium: 5 * time.Second, LatencyHigh: 20 * time.Second,
+func DefaultProbe() ThresholdProbe {
+	return ThresholdProbe{
+		BacklogMedium: 1000, BacklogHigh: 10_000,
+		SaturationMedium: 0.7, SaturationHigh: 0.9,
+		LatencyMedium: 5 * time.Second, LatencyHigh: 20 * time.Second,
+	}
 }
 
 // Level implements LoadProbe.

@@ -54,7 +54,7 @@
 // LoadProbe classifies the load as Low, Medium or High from Signals (the
 // expired backlog of the scan, the connection pool's saturation, the latency
 // of the last cycle), and a Selector maps the level, and the work's kind, to
-// the steps to run. The defaults (DefaultProbe, StepSelector):
+// the steps to run. The defaults (DefaultProbe(), StepSelector):
 //
 //	Low     partial work, retry, gap     backlog < 1,000, pool < 70%, cycle < 5 s
 //	Medium  partial work, gap            backlog < 10,000, pool < 90%, cycle < 20 s

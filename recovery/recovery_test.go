@@ -237,7 +237,7 @@ func TestDefaultAdaptiveMapping(t *testing.T) {
 	require.Equal(t, []string{"gap"}, names(recovery.StepSelector{Gap: sel.Gap}.Select(recovery.Low, "k")), "missing steps are left out")
 
 	ctx := context.Background()
-	p := recovery.DefaultProbe
+	p := recovery.DefaultProbe()
 	for _, c := range []struct {
 		s    recovery.Signals
 		want recovery.Level
