@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -77,21 +78,50 @@ func project(e event) op {
 	return op{Event: e.Index, Account: e.Account, Order: e.Order, Status: e.Type, Revenue: e.Amount}
 }
 
-// rank orders statuses: an order only moves forward. Shipped and cancelled
-// never both happen to one order.
-var rank = map[string]int{"placed": 1, "paid": 2, "shipped": 3, "cancelled": 3}
-
-// account is the read model of one account.
-type account struct {
-	Orders  map[string]string // order -> status
-	Counts  map[string]int    // status -> events seen
-	Revenue int64
+// successors returns, for each event, the index of the next event of the
+// same account (-1 after its last), and the first event of every account
+// that has events. An account is an aggregate: its events happen one after
+// another, and its read model depends on their order.
+func successors(events []event) (next, first []int) {
+	next = make([]int, len(events))
+	last := map[int]int{} // account -> its latest event so far
+	for i, e := range events {
+		next[i] = -1
+		if j, ok := last[e.Account]; ok {
+			next[j] = i
+		} else {
+			first = append(first, i)
+		}
+		last[e.Account] = i
+	}
+	return next, first
 }
 
-// readModel is the projection's read model: per account, orders by status
-// and revenue. Applying an operation is order-insensitive (statuses only
-// move forward, counts and revenue add up), because recovered work lands
-// later in the sequence than the number it started under.
+// from is the state machine of an order: the status a transition to each
+// status starts from ("" for an order not yet placed).
+var from = map[string]string{"placed": "", "paid": "placed", "shipped": "paid", "cancelled": "placed"}
+
+// account is the read model of one account, folded from its operations in
+// the order they are applied.
+type account struct {
+	Version int               // operations applied
+	Orders  map[string]string // order -> status
+	Counts  map[string]int    // status -> transitions accepted
+	Revenue int64             // running balance: the amounts paid so far
+	Refused []string          // transitions out of order, refused and recorded
+	Chain   [sha256.Size]byte // hash chain over the operations and the balance after each
+}
+
+// readModel is the projection's read model: per account, orders by status,
+// revenue, and the history of what was applied. It is order-sensitive, as an
+// event-sourced projection is: an order moves placed -> paid -> shipped or
+// placed -> cancelled, and a transition from any other status is refused and
+// recorded; every operation extends the account's hash chain. Two read
+// models are equal only if each account saw the same operations in the same
+// order; the order across accounts does not matter. The pipeline keeps that
+// order by leasing an account's next event only after its previous one was
+// committed (recovered work lands later in the sequence than the number it
+// started under, so without that rule an account's events could swap).
 type readModel map[int]*account
 
 func (m readModel) apply(o op) {
@@ -100,11 +130,19 @@ func (m readModel) apply(o op) {
 		a = &account{Orders: map[string]string{}, Counts: map[string]int{}}
 		m[o.Account] = a
 	}
-	if rank[o.Status] >= rank[a.Orders[o.Order]] {
+	a.Version++
+	prev, ok := from[o.Status]
+	if cur := a.Orders[o.Order]; !ok || cur != prev {
+		a.Refused = append(a.Refused, fmt.Sprintf("event %d: %s %s while %q", o.Event, o.Status, o.Order, cur))
+	} else {
 		a.Orders[o.Order] = o.Status
+		a.Counts[o.Status]++
+		a.Revenue += o.Revenue
 	}
-	a.Counts[o.Status]++
-	a.Revenue += o.Revenue
+	h := sha256.New()
+	h.Write(a.Chain[:])
+	fmt.Fprintf(h, "%d|%s|%s|%d|%d", o.Event, o.Order, o.Status, o.Revenue, a.Revenue)
+	copy(a.Chain[:], h.Sum(nil))
 }
 
 // equal reports whether two read models hold the same state.
@@ -114,11 +152,21 @@ func (m readModel) equal(o readModel) bool {
 	}
 	for k, a := range m {
 		b := o[k]
-		if b == nil || a.Revenue != b.Revenue || !maps.Equal(a.Orders, b.Orders) || !maps.Equal(a.Counts, b.Counts) {
+		if b == nil || a.Version != b.Version || a.Revenue != b.Revenue || a.Chain != b.Chain ||
+			!maps.Equal(a.Orders, b.Orders) || !maps.Equal(a.Counts, b.Counts) || !slices.Equal(a.Refused, b.Refused) {
 			return false
 		}
 	}
 	return true
+}
+
+// refused counts the transitions the model refused as out of order.
+func (m readModel) refused() int {
+	n := 0
+	for _, a := range m {
+		n += len(a.Refused)
+	}
+	return n
 }
 
 // replay applies every event in source order: the reference.

@@ -80,11 +80,12 @@ type pipeline struct {
 	st      backend
 	stream  string
 	events  []event
+	next    []int // next[i]: the event of i's account after i, -1 after its last
 	leaser  *sequence.Leaser
 	barrier *barrier.Barrier
 	partial workLog  // partial work, for the PartialWork step
 	results workLog  // completed results, for the Retry step
-	jobs    chan int // event indices to process; nil in the -procs parent
+	jobs    chan int // event indices ready to process; nil in the -procs parent
 	n       counters
 	// observed is every number the projector read, in order, for the
 	// audit of I5.
@@ -116,7 +117,11 @@ func run(ctx context.Context, c config) (*report, error) {
 	}
 	defer stop()
 
-	for i := range p.events {
+	// An account's first event is ready at once; each next one when the
+	// projector has applied the one before it.
+	next, first := successors(p.events)
+	p.next = next
+	for _, i := range first {
 		p.jobs <- i
 	}
 	start := time.Now()
@@ -280,7 +285,9 @@ func (p *pipeline) recordThenDie(ctx context.Context, log workLog, lease *sequen
 // project follows the stream in order and applies each operation once. A
 // gap whose work was not recovered elsewhere means its event still needs
 // doing: in one process it is redelivered here; with -procs the worker
-// process that owns the event redelivers it.
+// process that owns the event redelivers it. In one process, applying an
+// event also makes its account's next event ready (with -procs the worker
+// processes do that).
 func (p *pipeline) project(ctx context.Context) (readModel, error) {
 	model := readModel{}
 	applied := make([]bool, len(p.events))
@@ -322,6 +329,9 @@ func (p *pipeline) project(ctx context.Context) (readModel, error) {
 		}
 		applied[o.Event] = true
 		model.apply(o)
+		if n := p.next[o.Event]; n >= 0 && p.jobs != nil {
+			p.jobs <- n
+		}
 		if p.n.applied.Add(1) == int64(len(p.events)) {
 			return model, nil
 		}

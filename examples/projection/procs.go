@@ -90,6 +90,7 @@ func runParent(ctx context.Context, c config) (*report, error) {
 		return nil, err
 	}
 	p := &pipeline{c: c, st: st, stream: fmt.Sprintf("projection-%d", time.Now().UnixNano()), events: generate(c.seed, c.events, c.accounts)}
+	p.next, _ = successors(p.events)
 	if p.barrier, err = barrier.New(st, nil); err != nil {
 		return nil, err
 	}
@@ -197,8 +198,14 @@ func runChild(ctx context.Context, c config, stream string, index int) error {
 	mine := 0
 	for i := range p.events {
 		if own(i) {
-			p.jobs <- i
 			mine++
+		}
+	}
+	next, first := successors(p.events)
+	p.next = next
+	for _, i := range first {
+		if own(i) {
+			p.jobs <- i
 		}
 	}
 	var workers sync.WaitGroup
@@ -218,8 +225,10 @@ func runChild(ctx context.Context, c config, stream string, index int) error {
 }
 
 // redeliver follows the stream until mine of the events that own selects
-// are committed (by a worker or by a recovery), and redelivers each of them
-// whose number became a gap without its work moving elsewhere.
+// are committed (by a worker or by a recovery), redelivers each of them
+// whose number became a gap without its work moving elsewhere, and makes
+// each of them ready once its account's previous event is committed
+// (whichever process owned that one).
 func (p *pipeline) redeliver(ctx context.Context, own func(int) bool, mine int) error {
 	if mine == 0 {
 		return nil
@@ -244,8 +253,14 @@ func (p *pipeline) redeliver(ctx context.Context, own func(int) bool, mine int) 
 		if err := json.Unmarshal(e.Payload, &o); err != nil {
 			return fmt.Errorf("entry %d: %w", e.Number, err)
 		}
-		if own(o.Event) && !done[o.Event] {
-			done[o.Event] = true
+		if done[o.Event] {
+			continue
+		}
+		done[o.Event] = true
+		if n := p.next[o.Event]; n >= 0 && own(n) {
+			p.jobs <- n
+		}
+		if own(o.Event) {
 			if mine--; mine == 0 {
 				return nil
 			}

@@ -28,6 +28,8 @@ type report struct {
 	recoveryTimes   []time.Duration
 	owners          map[string]int // numbers leased per owner (process)
 	matches         bool
+	accounts        int // accounts in the read model
+	refused         int // transitions the read model refused as out of order
 	audit           *audit.Report
 }
 
@@ -99,6 +101,7 @@ func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Dura
 	}
 	rep.numbers = len(ledger)
 	rep.matches = model.equal(replay(p.events))
+	rep.accounts, rep.refused = len(model), model.refused()
 	if err := ar.Err(); err != nil {
 		return rep, err
 	}
@@ -161,6 +164,7 @@ func (r *report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "checked                  I3 every late commit of a stalled worker refused (%d of %d)\n", r.n.lateRefused.Load(), r.n.stalled.Load())
 	fmt.Fprintf(w, "checked                  exactly once: every event applied once (%d duplicates)\n", r.n.duplicates.Load())
+	fmt.Fprintf(w, "checked                  order per account: %d transitions out of order in %d accounts\n", r.refused, r.accounts)
 	if r.matches {
 		fmt.Fprintln(w, "read model matches sequential replay")
 	} else {
