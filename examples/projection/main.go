@@ -3,7 +3,10 @@
 // sequence lease; the operations commit in sequence order; a projector
 // follows the stream and applies them to a read model strictly in order; at
 // the end the read model is compared with a sequential replay of the same
-// events.
+// events. The read model depends on order within an account (an order's
+// state machine, a running balance, a hash chain), so the pipeline leases an
+// account's next event only once its previous one committed; accounts run in
+// parallel.
 //
 // Faults are on by default: some workers stall past their lease (their late
 // commits are refused), some crash and drop their lease, some crash after
