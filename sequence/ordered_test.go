@@ -233,76 +233,126 @@ func TestCommitTxRacesGapDeclaration(t *testing.T) {
 }
 
 // TestSlowVersusDead: a slow holder that keeps its lease alive holds the
-// barrier past its original TTL; a dead one is released by expiry.
+// barrier past its original TTL, while a dead one is released by expiry, and
+// each holds back exactly the number after it. Number 1 is slow, 2 dead, 3
+// waits: once 1 has renewed twice (past its original TTL) and 2 has expired,
+// the database lists only 2 as expired and refuses to resolve 1; the turn of
+// 2 (W >= 1) comes only when 1 commits, and the turn of 3 (W >= 2) only when
+// 2 is resolved, though 2 was expired long before.
 func TestSlowVersusDead(t *testing.T) {
 	t.Parallel()
 	for name, s := range realBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			l, _ := leaserOn(t, s, sequence.Config{})
-			const ttl = 150 * time.Millisecond
-			slow, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: ttl})
+			l, b := leaserOn(t, s, sequence.Config{})
+			// The slow lease renews at 60% of its TTL (plus jitter); its
+			// TTL leaves room for a loaded machine between renewals.
+			const slowTTL, deadTTL = 300 * time.Millisecond, 100 * time.Millisecond
+			slow, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: slowTTL})
 			require.NoError(t, err)
 			require.NoError(t, slow.KeepAlive(nil))
-			dead, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: ttl})
+			dead, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: deadTTL})
 			require.NoError(t, err)
 			last, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: time.Minute})
 			require.NoError(t, err)
 
+			afterSlow, cancel2, err := b.Ready(ctx, "sd", 2)
+			require.NoError(t, err)
+			defer cancel2()
+			afterDead, cancel3, err := b.Ready(ctx, "sd", 3)
+			require.NoError(t, err)
+			defer cancel3()
 			committed := make(chan error, 1)
 			go func() { committed <- last.Commit(ctx, []byte("last")) }()
 
-			// The slow holder renews: wait until it has renewed twice,
-			// which takes it past its original TTL.
+			// The slow holder renews twice, which takes it past its original
+			// TTL; the dead one expires meanwhile.
 			require.Eventually(t, func() bool {
 				es, err := s.Read(ctx, "sd", 0, 1)
 				return err == nil && len(es) == 1 && es[0].Renewals >= 2
 			}, 10*time.Second, time.Millisecond)
+			waitExpired(t, s, "sd", 2)
 			require.Nil(t, slow.Err(), "still held")
-			select {
-			case err := <-committed:
-				t.Fatalf("the last commit went through while 1 was held: %v", err)
-			default:
-			}
+			expired, err := s.ListExpired(ctx, &store.ListExpiredParams{Stream: "sd"})
+			require.NoError(t, err)
+			require.Equal(t, []int64{2}, numbersOf(expired), "only the dead lease is expired")
+			require.ErrorIs(t, s.ResolveExpired(ctx, "sd", 1, nil), store.ErrNotExpired)
+			require.False(t, closed(afterSlow), "the turn of 2 came while 1 was held")
+			require.False(t, closed(afterDead))
+
 			require.NoError(t, slow.Commit(ctx, []byte("slow")))
 			require.ErrorIs(t, slow.Err(), sequence.ErrCommitted)
+			waitClosed(t, afterSlow, "the turn of 2 after 1 committed")
+			// 2 is expired but unresolved: it still holds back 3.
+			require.False(t, closed(afterDead), "the turn of 3 came while 2 was unresolved")
+			select {
+			case err := <-committed:
+				t.Fatalf("3 committed while 2 was unresolved: %v", err)
+			default:
+			}
 
-			// The dead holder never comes back; its expiry resolves it.
-			waitExpired(t, s, "sd", 2)
+			// The dead holder never comes back; resolving its expiry lets 3 go.
 			require.NoError(t, s.ResolveExpired(ctx, "sd", 2, nil))
-			require.NoError(t, <-committed)
+			waitClosed(t, afterDead, "the turn of 3 after 2 was resolved")
+			require.NoError(t, receive(t, committed, "commit of 3"))
 			require.ErrorIs(t, dead.Commit(ctx, nil), sequence.ErrExpired)
+			es := readAll(t, s, "sd")
+			requireOrderedLedger(t, es, 3)
+			require.Equal(t, []byte("slow"), es[0].Payload)
+			require.Equal(t, store.ReasonExpired, es[1].GapReason)
+			require.Equal(t, []byte("last"), es[2].Payload)
 		})
 	}
 }
 
-// TestReplayEqualsLive: while writers lease, commit and release, a live
-// follower, a replay from 0 and a replay from a checkpoint yield the same
-// sequence, with pages so small that gaps fall on page boundaries.
+// closed reports whether ch is closed, without waiting.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitClosed waits for ch, failing the test after a generous bound.
+func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: not woken", what)
+	}
+}
+
+// TestReplayEqualsLive: a live follower started before the writers, and a
+// replay from 0 and a replay from a checkpoint started while the writers are
+// halfway (W >= n/4, numbers above n/2 held back and in flight), all
+// following the stream until its last number, yield the same sequence; a
+// plain replay taken at that moment is a prefix of it, and a committed-only
+// follower yields its committed entries. Pages are so small that gaps fall
+// on their boundaries: every third number is a gap (the last of each page of
+// 3 from 0), every fourth too (the first of each page of 4 from the
+// checkpoint 47), and 101..105 (a whole page of 5) are all gaps.
 func TestReplayEqualsLive(t *testing.T) {
 	t.Parallel()
+	const n = 200
+	isGap := func(k int64) bool { return k%3 == 0 || k%4 == 0 || (101 <= k && k <= 105) }
+	lastCommitted := int64(n)
+	for isGap(lastCommitted) {
+		lastCommitted--
+	}
 	for name, s := range realBackends(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			l, b := leaserOn(t, s, sequence.Config{})
-			const n = 200
-			followCtx, stopFollow := context.WithCancel(ctx)
+			followCtx, stopFollow := context.WithTimeout(ctx, 2*time.Minute)
 			defer stopFollow()
-			live := make(chan []store.Entry, 1)
-			go func() {
-				var got []store.Entry
-				for e, err := range b.Entries(followCtx, "rl", &barrier.ReadOpts{Follow: true, IncludeGaps: true, PageSize: 3}) {
-					if err != nil {
-						t.Errorf("follower: %v", err)
-						break
-					}
-					got = append(got, e)
-					if e.Number == n {
-						break
-					}
-				}
-				live <- got
-			}()
+			live := follow(t, followCtx, b, "rl", &barrier.ReadOpts{Follow: true, IncludeGaps: true, PageSize: 3}, n)
+
+			// Writers hold the numbers above n/2 until the mid-flight
+			// readers have started.
+			resume := make(chan struct{})
 			var wg sync.WaitGroup
 			var next atomic.Int64
 			for range 8 {
@@ -312,7 +362,10 @@ func TestReplayEqualsLive(t *testing.T) {
 						if !assert.NoError(t, err) {
 							return
 						}
-						if x.Number()%3 == 0 || x.Number()%4 == 0 {
+						if x.Number() > n/2 {
+							<-resume
+						}
+						if isGap(x.Number()) {
 							assert.NoError(t, x.Release(ctx))
 						} else {
 							assert.NoError(t, x.Commit(ctx, fmt.Appendf(nil, "%d", x.Number())))
@@ -320,23 +373,68 @@ func TestReplayEqualsLive(t *testing.T) {
 					}
 				})
 			}
+
+			require.NoError(t, b.WaitFor(followCtx, "rl", n/4+1))
+			replayFollow := follow(t, followCtx, b, "rl", &barrier.ReadOpts{Follow: true, IncludeGaps: true, PageSize: 3}, n)
+			checkpointFollow := follow(t, followCtx, b, "rl", &barrier.ReadOpts{After: 47, Follow: true, IncludeGaps: true, PageSize: 4}, n)
+			committedFollow := follow(t, followCtx, b, "rl", &barrier.ReadOpts{Follow: true, PageSize: 5}, lastCommitted)
+			mid := collect(t, b, "rl", &barrier.ReadOpts{IncludeGaps: true, PageSize: 3})
+			close(resume)
 			wg.Wait()
-			followed := <-live
-			replay := collect(t, b, "rl", &barrier.ReadOpts{IncludeGaps: true, PageSize: 3})
-			fromCheckpoint := collect(t, b, "rl", &barrier.ReadOpts{After: 47, IncludeGaps: true, PageSize: 4})
-			require.Len(t, replay, n)
-			require.Equal(t, key(replay), key(followed))
-			require.Equal(t, key(replay[47:]), key(fromCheckpoint))
-			committedOnly := collect(t, b, "rl", &barrier.ReadOpts{PageSize: 5})
-			var want []string
-			for _, e := range replay {
-				if e.State == store.Committed {
-					want = append(want, fmt.Sprint(e.Number, e.State, string(e.Payload)))
-				}
+			if t.Failed() {
+				stopFollow() // a writer failed: the followers would wait for n forever
 			}
-			require.Equal(t, want, key(committedOnly))
+
+			followed := <-live
+			require.GreaterOrEqual(t, len(mid), n/4, "the mid-flight replay stopped before the watermark")
+			require.LessOrEqual(t, len(mid), n/2, "the mid-flight replay passed a number still in flight")
+			require.Len(t, followed, n)
+			require.Equal(t, key(followed[:len(mid)]), key(mid), "the mid-flight replay is a prefix")
+			require.Equal(t, key(followed), key(<-replayFollow))
+			require.Equal(t, key(followed[47:]), key(<-checkpointFollow))
+			var want []string
+			for i, e := range followed {
+				require.Equal(t, int64(i+1), e.Number)
+				if isGap(e.Number) {
+					require.Equal(t, store.Gap, e.State, "%d", e.Number)
+					continue
+				}
+				require.Equal(t, store.Committed, e.State, "%d", e.Number)
+				require.Equal(t, fmt.Sprint(e.Number), string(e.Payload))
+				want = append(want, fmt.Sprint(e.Number, e.State, string(e.Payload)))
+			}
+			require.Equal(t, want, key(<-committedFollow))
+			require.Equal(t, key(followed), key(collect(t, b, "rl", &barrier.ReadOpts{IncludeGaps: true, PageSize: 3})), "a replay after the writers")
 		})
 	}
+}
+
+// follow reads stream with opts in the background until it yields the
+// entry numbered last (or fails, or ctx ends); what it read arrives on the
+// channel. The test's cleanup ends and waits for it.
+func follow(t *testing.T, ctx context.Context, b *barrier.Barrier, stream string, opts *barrier.ReadOpts, last int64) <-chan []store.Entry {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan []store.Entry, 1)
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		var got []store.Entry
+		for e, err := range b.Entries(ctx, stream, opts) {
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("follower %+v: %v", *opts, err)
+				}
+				break
+			}
+			got = append(got, e)
+			if e.Number >= last {
+				break
+			}
+		}
+		out <- got
+	}()
+	return out
 }
 
 func key(es []store.Entry) []string {
