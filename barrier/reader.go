@@ -36,18 +36,24 @@ type ReadOpts struct {
 // checkpoint and following live all yield the same sequence.
 //
 // Iteration stops at the first error, which is yielded with a zero Entry:
-// store.ErrTrimmed (wrapped in *store.TrimmedError) when After is below the
-// stream's retention low point, the context's error when a follower's ctx
-// ends. A stream that does not exist yet is empty (and a follower waits for
+// store.ErrInvalidNumber for a negative After and store.ErrInvalidCount for
+// a PageSize outside 0..store.MaxListLimit (both match
+// store.ErrInvalidArgument, and nothing is read), store.ErrTrimmed (wrapped
+// in *store.TrimmedError) when After is below the stream's retention low
+// point, the context's error when a follower's ctx ends. A stream that does not exist yet is empty (and a follower waits for
 // it).
 func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) iter.Seq2[store.Entry, error] {
 	if opts == nil {
 		opts = &ReadOpts{}
 	}
 	return func(yield func(store.Entry, error) bool) {
-		if opts.After < 0 || opts.PageSize < 0 || opts.PageSize > store.MaxListLimit {
-			yield(store.Entry{}, fmt.Errorf("barrier: read %s: %w: after %d, page size %d",
-				stream, store.ErrInvalidNumber, opts.After, opts.PageSize))
+		if opts.After < 0 {
+			yield(store.Entry{}, fmt.Errorf("barrier: read %s: %w: after %d", stream, store.ErrInvalidNumber, opts.After))
+			return
+		}
+		if opts.PageSize < 0 || opts.PageSize > store.MaxListLimit {
+			yield(store.Entry{}, fmt.Errorf("barrier: read %s: %w: page size %d, must be 0..%d",
+				stream, store.ErrInvalidCount, opts.PageSize, store.MaxListLimit))
 			return
 		}
 		page := cmp.Or(opts.PageSize, DefaultPageSize)

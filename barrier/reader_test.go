@@ -3,12 +3,14 @@ package barrier_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/memory"
 )
 
 // TestFollowerEndsOnCancel follows a stream, sees the entries committed so
@@ -98,4 +100,57 @@ func TestReaderBelowTheLowPoint(t *testing.T) {
 			require.Equal(t, []int64{3, 4, 5}, got)
 		})
 	}
+}
+
+// readCounter counts the reads that reach the backend.
+type readCounter struct {
+	*memory.Store
+	reads atomic.Int64
+}
+
+func (r *readCounter) ReadResolved(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error) {
+	r.reads.Add(1)
+	return r.Store.ReadResolved(ctx, stream, after, limit)
+}
+
+// TestReaderRefusesBadOptions: a negative After is a bad number, a page size
+// out of 0..MaxListLimit a bad count; each yields one typed error (and no
+// entry) before anything is read. The largest page size is accepted.
+func TestReaderRefusesBadOptions(t *testing.T) {
+	t.Parallel()
+	src := &readCounter{Store: memory.New(nil)}
+	b := start(t, src, nil)
+	for _, e := range lease(t, src, "opts", 2) {
+		commit(t, src, e)
+	}
+	for _, c := range []struct {
+		name      string
+		opts      barrier.ReadOpts
+		want, not error
+	}{
+		{"negative After", barrier.ReadOpts{After: -1}, store.ErrInvalidNumber, store.ErrInvalidCount},
+		{"negative PageSize", barrier.ReadOpts{PageSize: -1}, store.ErrInvalidCount, store.ErrInvalidNumber},
+		{"PageSize above MaxListLimit", barrier.ReadOpts{PageSize: store.MaxListLimit + 1}, store.ErrInvalidCount, store.ErrInvalidNumber},
+		{"PageSize above MaxListLimit, following", barrier.ReadOpts{PageSize: store.MaxListLimit + 1, Follow: true}, store.ErrInvalidCount, store.ErrInvalidNumber},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reads := src.reads.Load()
+			var errs []error
+			for e, err := range b.Entries(context.Background(), "opts", &c.opts) {
+				require.Zero(t, e, "an entry came with the error")
+				errs = append(errs, err)
+			}
+			require.Len(t, errs, 1)
+			require.ErrorIs(t, errs[0], c.want)
+			require.ErrorIs(t, errs[0], store.ErrInvalidArgument)
+			require.NotErrorIs(t, errs[0], c.not)
+			require.Equal(t, reads, src.reads.Load(), "the reader read despite its bad options")
+		})
+	}
+	var got []int64
+	for e, err := range b.Entries(context.Background(), "opts", &barrier.ReadOpts{PageSize: store.MaxListLimit}) {
+		require.NoError(t, err)
+		got = append(got, e.Number)
+	}
+	require.Equal(t, []int64{1, 2}, got)
 }
