@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -46,7 +47,10 @@ const usage = `usage: seqlease [-dsn URL] [-schema NAME] [-json] COMMAND [ARGS]
 
 commands:
   migrate up|down|status   apply, roll back (-steps N) or list the schema migrations
-  streams                  every stream: next number, watermark, in flight, expired, open gaps, oldest unresolved
+  streams                  every stream: next number, watermark, in flight, expired, open gaps
+                           (and of them those whose work was recovered under a new number:
+                           the others lost theirs), oldest unresolved; EXPIRED and RECOVERED
+                           count up to 10000 (10000+: more; -json: the _capped fields)
   inspect STREAM           entries with their states (-from N, -limit K)
   gaps STREAM              open gaps with reasons (-limit K)
   trim STREAM BELOW        remove resolved entries below BELOW (never unresolved ones)
@@ -199,9 +203,13 @@ func redact(dsn string) string {
 	return "(connection string)"
 }
 
-// emit prints v as JSON, or rows as a table under header.
+// emit prints v as JSON, or rows as a table under header. An empty list
+// prints as [] (not null), so scripts can iterate it.
 func (c *cli) emit(v any, header []string, rows [][]string) error {
 	if c.json {
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.IsNil() {
+			v = []struct{}{}
+		}
 		enc := json.NewEncoder(c.out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
@@ -273,14 +281,27 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 	return c.emit(done, []string{"ACTION", "MIGRATION"}, rows)
 }
 
+// maxCount is where the counts that `streams` takes by listing entries
+// (expired leases, recovered gaps) stop, so that one stream in a mass
+// expiry cannot make the command read without bound: one listing.
+const maxCount = store.MaxListLimit
+
 // streamRow is one line of `streams`.
 type streamRow struct {
-	Stream           string        `json:"stream"`
-	NextNumber       int64         `json:"next_number"`
-	Watermark        int64         `json:"watermark"`
-	InFlight         int64         `json:"in_flight"`
-	Expired          int           `json:"expired"`
-	OpenGaps         int64         `json:"open_gaps"`
+	Stream     string `json:"stream"`
+	NextNumber int64  `json:"next_number"`
+	Watermark  int64  `json:"watermark"`
+	InFlight   int64  `json:"in_flight"`
+	Expired    int    `json:"expired"`
+	// ExpiredCapped says Expired stopped at maxCount: there are more.
+	ExpiredCapped bool  `json:"expired_capped"`
+	OpenGaps      int64 `json:"open_gaps"`
+	// RecoveredGaps counts the open gaps whose work was recovered under a
+	// new number (recovered_as); the other open gaps lost their work.
+	RecoveredGaps int `json:"open_gaps_recovered"`
+	// RecoveredCapped says RecoveredGaps counts only the first maxCount
+	// open gaps: it is a lower bound.
+	RecoveredCapped  bool          `json:"open_gaps_recovered_capped"`
 	OldestUnresolved int64         `json:"oldest_unresolved,omitempty"`
 	OldestAge        time.Duration `json:"oldest_unresolved_age_ns,omitempty"`
 	LowPoint         int64         `json:"low_point"`
@@ -324,9 +345,17 @@ func (c *cli) streams(ctx context.Context, args []string) error {
 			age = fmt.Sprintf("%d (%v)", r.OldestUnresolved, r.OldestAge.Round(time.Millisecond))
 		}
 		rows[i] = []string{r.Stream, fmt.Sprint(r.NextNumber), fmt.Sprint(r.Watermark), fmt.Sprint(r.InFlight),
-			fmt.Sprint(r.Expired), fmt.Sprint(r.OpenGaps), age}
+			atLeast(r.Expired, r.ExpiredCapped), fmt.Sprint(r.OpenGaps), atLeast(r.RecoveredGaps, r.RecoveredCapped), age}
 	}
-	return c.emit(out, []string{"STREAM", "NEXT", "WATERMARK", "IN FLIGHT", "EXPIRED", "OPEN GAPS", "OLDEST UNRESOLVED"}, rows)
+	return c.emit(out, []string{"STREAM", "NEXT", "WATERMARK", "IN FLIGHT", "EXPIRED", "OPEN GAPS", "RECOVERED", "OLDEST UNRESOLVED"}, rows)
+}
+
+// atLeast prints a count that may have stopped short: 10000+.
+func atLeast(n int, capped bool) string {
+	if capped {
+		return fmt.Sprintf("%d+", n)
+	}
+	return strconv.Itoa(n)
 }
 
 func (c *cli) streamRow(ctx context.Context, name string, now time.Time) (streamRow, error) {
@@ -334,22 +363,59 @@ func (c *cli) streamRow(ctx context.Context, name string, now time.Time) (stream
 	if err != nil {
 		return streamRow{}, err
 	}
-	expired, err := c.store.ListExpired(ctx, &store.ListExpiredParams{Stream: name, Limit: store.MaxListLimit})
+	expired, err := c.store.ListExpired(ctx, &store.ListExpiredParams{Stream: name, Limit: maxCount})
 	if err != nil {
 		return streamRow{}, err
+	}
+	expiredCapped := false
+	if len(expired) == maxCount {
+		more, err := c.store.ListExpired(ctx, &store.ListExpiredParams{Stream: name, AfterStream: name, AfterNumber: expired[len(expired)-1].Number, Limit: 1})
+		if err != nil {
+			return streamRow{}, err
+		}
+		expiredCapped = len(more) > 0
 	}
 	gaps, err := c.store.CountGaps(ctx, name)
 	if err != nil {
 		return streamRow{}, err
 	}
+	recovered, recoveredCapped, err := c.recoveredGaps(ctx, name)
+	if err != nil {
+		return streamRow{}, err
+	}
 	r := streamRow{
 		Stream: name, NextNumber: st.NextNumber, Watermark: st.Watermark, InFlight: st.Unresolved,
-		Expired: len(expired), OpenGaps: gaps, OldestUnresolved: st.OldestUnresolved, LowPoint: st.LowPoint,
+		Expired: len(expired), ExpiredCapped: expiredCapped, OpenGaps: gaps,
+		RecoveredGaps: recovered, RecoveredCapped: recoveredCapped,
+		OldestUnresolved: st.OldestUnresolved, LowPoint: st.LowPoint,
 	}
 	if st.OldestUnresolved > 0 {
 		r.OldestAge = now.Sub(st.OldestUnresolvedAt)
 	}
 	return r, nil
+}
+
+// recoveredGaps counts the open gaps of stream whose work was recovered
+// under a new number, among its first maxCount open gaps; capped says there
+// are more open gaps than that.
+func (c *cli) recoveredGaps(ctx context.Context, stream string) (n int, capped bool, err error) {
+	gs, err := c.store.ListGaps(ctx, stream, &store.ListGapsParams{Limit: maxCount})
+	if err != nil {
+		return 0, false, err
+	}
+	for _, g := range gs {
+		if g.RecoveredAs != 0 {
+			n++
+		}
+	}
+	if len(gs) == maxCount {
+		more, err := c.store.ListGaps(ctx, stream, &store.ListGapsParams{After: gs[len(gs)-1].Number, Limit: 1})
+		if err != nil {
+			return 0, false, err
+		}
+		capped = len(more) > 0
+	}
+	return n, capped, nil
 }
 
 // entryRow is one line of `inspect` and `gaps`.

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/internal/pgtest"
@@ -64,13 +66,13 @@ func TestEndToEnd(t *testing.T) {
 	code, out, _ = seqlease(t, "-schema", schema, "streams")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "STREAM")
-	require.Regexp(t, `orders\s+7\s+4\s+1\s+0\s+3\s+5 \(`, out, "next 7, watermark 4, 1 in flight, 0 expired, 3 open gaps, oldest 5")
+	require.Regexp(t, `orders\s+7\s+4\s+1\s+0\s+3\s+1\s+5 \(`, out, "next 7, watermark 4, 1 in flight, 0 expired, 3 open gaps (1 recovered), oldest 5")
 
 	code, out, _ = seqlease(t, "-schema", schema, "-json", "streams")
 	require.Equal(t, 0, code)
 	var rows []streamRow
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
-	require.Equal(t, []streamRow{{Stream: "orders", NextNumber: 7, Watermark: 4, InFlight: 1, OpenGaps: 3, OldestUnresolved: 5, OldestAge: rows[0].OldestAge, LowPoint: 1}}, rows)
+	require.Equal(t, []streamRow{{Stream: "orders", NextNumber: 7, Watermark: 4, InFlight: 1, OpenGaps: 3, RecoveredGaps: 1, OldestUnresolved: 5, OldestAge: rows[0].OldestAge, LowPoint: 1}}, rows)
 
 	code, out, _ = seqlease(t, "-schema", schema, "inspect", "orders", "-from", "2", "-limit", "5")
 	require.Equal(t, 0, code)
@@ -212,4 +214,146 @@ func TestErrors(t *testing.T) {
 			require.Contains(t, errOut, c.want)
 		})
 	}
+}
+
+// TestJSONEmptyLists checks that every listing prints [] for nothing, which
+// scripts can iterate, and never null.
+func TestJSONEmptyLists(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	for _, args := range [][]string{{"streams"}, {"leases"}, {"force-release", "nobody"}, {"migrate", "up"}} {
+		code, out, errOut := seqlease(t, append([]string{"-schema", schema, "-json"}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		require.JSONEq(t, "[]", out, "%v", args)
+	}
+	_, err = s.Lease(ctx, "s", []store.LeaseRequest{{TTL: time.Minute}}, nil)
+	require.NoError(t, err)
+	for _, args := range [][]string{{"gaps", "s"}, {"inspect", "s", "-from", "2"}} {
+		code, out, errOut := seqlease(t, append([]string{"-schema", schema, "-json"}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		require.JSONEq(t, "[]", out, "%v", args)
+	}
+}
+
+// TestStreamsCountsSayWhenTheyStop fills one stream with more expired
+// leases and another with more gaps than `streams` counts: the table says
+// 10000+ and the JSON sets the capped flags; at exactly the limit the count
+// is exact.
+func TestStreamsCountsSayWhenTheyStop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	lease := func(stream string, n int) []int64 {
+		var numbers []int64
+		for n > 0 {
+			k := min(n, store.MaxBatch)
+			reqs := make([]store.LeaseRequest, k)
+			for i := range reqs {
+				reqs[i].TTL = time.Microsecond
+			}
+			es, err := s.Lease(ctx, stream, reqs, nil)
+			require.NoError(t, err)
+			for _, e := range es {
+				numbers = append(numbers, e.Number)
+			}
+			n -= k
+		}
+		return numbers
+	}
+	lease("expired", maxCount+1)
+	gaps := lease("gaps", maxCount+1)
+	for i := 0; i < len(gaps); i += store.MaxBatch {
+		_, err := s.ResolveExpiredBatch(ctx, "gaps", gaps[i:min(i+store.MaxBatch, len(gaps))], nil)
+		require.NoError(t, err)
+	}
+
+	code, out, errOut := seqlease(t, "-schema", schema, "streams")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `expired\s+10002\s+0\s+10001\s+10000\+\s+0\s+0\s+1 \(`, out)
+	require.Regexp(t, `gaps\s+10002\s+10001\s+0\s+0\s+10001\s+0\+\s+-`, out)
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "streams")
+	require.Equal(t, 0, code, errOut)
+	var rows []streamRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 2)
+	require.Equal(t, "expired", rows[0].Stream)
+	require.Equal(t, maxCount, rows[0].Expired)
+	require.True(t, rows[0].ExpiredCapped)
+	require.False(t, rows[0].RecoveredCapped)
+	require.Equal(t, "gaps", rows[1].Stream)
+	require.Equal(t, int64(maxCount+1), rows[1].OpenGaps)
+	require.True(t, rows[1].RecoveredCapped)
+	require.False(t, rows[1].ExpiredCapped)
+
+	// One fewer on each side: exactly the limit, counted exactly.
+	require.NoError(t, s.ResolveExpired(ctx, "expired", 1, nil))
+	require.NoError(t, s.FillGap(ctx, "gaps", 1, &store.FillParams{FilledBy: "test"}))
+	code, out, errOut = seqlease(t, "-schema", schema, "streams")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `expired\s+10002\s+1\s+10000\s+10000\s+1\s+0\s+2 \(`, out)
+	require.Regexp(t, `gaps\s+10002\s+10001\s+0\s+0\s+10000\s+0\s+-`, out)
+}
+
+// TestConnectionFromEnvironment connects without -dsn: through DATABASE_URL,
+// and without it through the PG* variables. Each path is shown to be the
+// one used by pointing it at a port nobody listens on. Not parallel: it sets
+// the process's environment.
+func TestConnectionFromEnvironment(t *testing.T) {
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	cfg, err := pgconn.ParseConfig(pgtest.URL())
+	require.NoError(t, err)
+	streams := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append(args, "-schema", schema, "streams"), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	pg := map[string]string{
+		"PGHOST": cfg.Host, "PGPORT": strconv.Itoa(int(cfg.Port)), "PGUSER": cfg.User, "PGPASSWORD": cfg.Password,
+		"PGDATABASE": cfg.Database, "PGSSLMODE": "disable", "PGCONNECT_TIMEOUT": "2",
+		"PGSERVICE": "", "PGSERVICEFILE": "/nonexistent", "PGPASSFILE": "/nonexistent",
+	}
+	if cfg.TLSConfig != nil {
+		pg["PGSSLMODE"] = "require"
+	}
+	setenv := func(env map[string]string) {
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+	}
+
+	// DATABASE_URL, with the PG* variables pointing nowhere.
+	setenv(pg)
+	t.Setenv("PGPORT", "1")
+	t.Setenv("DATABASE_URL", pgtest.URL())
+	code, out := streams()
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "STREAM")
+
+	// -dsn comes before DATABASE_URL.
+	t.Setenv("DATABASE_URL", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2&sslmode=disable")
+	code, out = streams("-dsn", pgtest.URL())
+	require.Equal(t, 0, code, out)
+	code, out = streams()
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "cannot connect to PostgreSQL at postgres://nobody@127.0.0.1:1/x")
+
+	// No DATABASE_URL: the PG* variables. The schema exists only in their
+	// database, so a run that ignored them would fail.
+	t.Setenv("DATABASE_URL", "")
+	setenv(pg)
+	code, out = streams()
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "STREAM")
+	t.Setenv("PGPORT", "1")
+	code, out = streams()
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "cannot connect to PostgreSQL at (PG* environment)")
 }
