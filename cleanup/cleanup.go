@@ -54,15 +54,14 @@ type HookFunc func(ctx context.Context, e store.Entry) error
 
 // Defaults of Config.
 const (
-	DefaultInterval            = 30 * time.Second
-	DefaultBatchSize           = 1000
-	DefaultScanLimit           = 10_000
-	DefaultMaxRecoveryAttempts = 10
-	DefaultStepRateWindow      = 100
-	DefaultCascadeThreshold    = 100
-	DefaultCascadeBatch        = 500
-	DefaultCascadeDelay        = 10 * time.Millisecond
-	DefaultCascadeTTLFactor    = 2.0
+	DefaultInterval         = 30 * time.Second
+	DefaultBatchSize        = 1000
+	DefaultScanLimit        = 10_000
+	DefaultStepRateWindow   = 100
+	DefaultCascadeThreshold = 100
+	DefaultCascadeBatch     = 500
+	DefaultCascadeDelay     = 10 * time.Millisecond
+	DefaultCascadeTTLFactor = 2.0
 	// MaxCascadeTTLFactor bounds Config.CascadeTTLFactor (the boost is
 	// capped at the Booster's maximum TTL anyway).
 	MaxCascadeTTLFactor = 100.0
@@ -106,14 +105,16 @@ type Config struct {
 	// StepRateWindow is the number of attempts the rate is taken over.
 	// Default: DefaultStepRateWindow (100).
 	StepRateWindow int
-	// MaxRecoveryAttempts is how many times in a row the recovery of an
-	// expired entry may fail (a tracker or the database erred; the entry
-	// stays expired and its stream waits, to keep the order) before the
-	// loop gives its work up and declares it a gap with reason
-	// recovery.ReasonRecoveryFailed, so that one bad tracker cannot stall a
-	// stream forever. Attempts are counted in this process, once per cycle
-	// (failed cycles are retried with backoff: 10 attempts take about a
-	// minute). Default: DefaultMaxRecoveryAttempts (10).
+	// MaxRecoveryAttempts, when above 0, is how many times in a row the
+	// recovery of an expired entry may fail (a tracker or the database
+	// erred) before the loop gives its work up and declares it a gap with
+	// reason recovery.ReasonRecoveryFailed, unblocking its stream at the
+	// cost of that work. Attempts are counted in this process, once per
+	// cycle (about one per Interval). Default: 0, never give up: the entry
+	// stays expired and its stream waits, in order, until the recovery
+	// succeeds; the watermark lag grows, and the recovery failures (the
+	// metrics' failure results and the RecoveryFailureRate alert, the
+	// logs) say why.
 	MaxRecoveryAttempts int
 	// Elector makes one cleaner at a time clean a stream. Default: a
 	// LeaseElector on a lease.Manager of this Service's own when the store
@@ -158,7 +159,12 @@ type Config struct {
 	// HookConcurrency is how many hooks run at once. Default:
 	// DefaultHookConcurrency (16).
 	HookConcurrency int
-	// MaxBackoff caps the pause after failed cycles. Default:
+	// MaxBackoff caps the pause after a cycle that could not list the
+	// expired leases (the store is unreachable): the pauses start at 1 s
+	// (Interval if shorter), grow by half each time, randomized, and never
+	// pass MaxBackoff. Failures of single streams (a tracker, a write, a
+	// stream lease) do not back off: those streams are retried at the next
+	// regular cycle and the others keep their pace. Default:
 	// DefaultMaxBackoff (1 min).
 	MaxBackoff time.Duration
 	// QueryTimeout bounds each statement. Default: DefaultQueryTimeout.
@@ -212,7 +218,7 @@ type Service struct {
 	rates       *recovery.RateFilter // nil unless MinStepSuccessRate
 	probe       recovery.LoadProbe
 	pool        func() float64
-	maxAttempts int
+	maxAttempts int // 0: never give up
 	elector     Elector
 	leases      *lease.Manager // the default elector's, stopped by Stop
 	waiter      Waiter
@@ -308,7 +314,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 		selector:    cfg.Selector,
 		probe:       cfg.Probe,
 		pool:        cfg.PoolSaturation,
-		maxAttempts: cmp.Or(cfg.MaxRecoveryAttempts, DefaultMaxRecoveryAttempts),
+		maxAttempts: cfg.MaxRecoveryAttempts,
 		elector:     cfg.Elector,
 		waiter:      cfg.Barrier,
 		batch:       cmp.Or(cfg.BatchSize, DefaultBatchSize),
@@ -409,13 +415,13 @@ func (sv *Service) Stop() {
 	}
 }
 
-// loop runs a full cycle every interval, with backoff after a failure, and
-// in between re-runs the streams whose blocking lease resolved or expired.
+// loop runs a full cycle every interval and in between re-runs the streams
+// whose blocking lease resolved or expired. Only a cycle that could not
+// list the expired leases (the store unreachable) backs off: the failures
+// of single streams (a tracker, a write, a lead) are retried at the next
+// regular cycle, so they never delay the other streams.
 func (sv *Service) loop(ctx context.Context) {
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = min(time.Second, sv.interval)
-	bo.MaxInterval = sv.maxBackoff
-	bo.MaxElapsedTime = 0
+	bo := newPauses(min(time.Second, sv.interval, sv.maxBackoff), sv.maxBackoff)
 	next := time.NewTimer(0) // the first cycle runs at once
 	defer next.Stop()
 	nextAt := time.Now()
@@ -437,28 +443,34 @@ func (sv *Service) loop(ctx context.Context) {
 		case <-recheck.C:
 		}
 		var err error
+		listed := true
 		began := time.Now()
 		if full {
-			_, err = sv.RunOnce(ctx)
+			_, listed, err = sv.run(ctx, nil)
 		} else if streams := sv.wake.due(time.Now()); len(streams) > 0 {
-			_, err = sv.run(ctx, streams)
+			_, listed, err = sv.run(ctx, streams)
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		switch {
-		case err != nil:
-			pause := bo.NextBackOff()
+		case !listed:
+			pause := bo.next()
 			sv.logger.Error("cleanup: cycle failed", slog.Any("error", err), slog.Duration("retry_in", pause))
 			if full || time.Now().Add(pause).Before(nextAt) {
 				schedule(pause) // a failed re-run of some streams only brings the next cycle forward
 			}
 		case full:
+			if err != nil {
+				sv.logger.Warn("cleanup: cycle left streams unresolved; they are retried at the next cycle", slog.Any("error", err))
+			}
 			// Start to start, like a ticker: an entry that expired just
 			// after a cycle listed waits at most an interval (+ jitter)
 			// from that cycle's start, plus the cycle that resolves it.
-			bo.Reset()
+			bo.reset()
 			schedule(max(time.Until(began.Add(sv.interval+rand.N(sv.interval/10+1))), 0))
+		case err != nil:
+			sv.logger.Warn("cleanup: re-run left streams unresolved; they are retried at the next cycle", slog.Any("error", err))
 		}
 		if at, ok := sv.wake.next(); ok {
 			recheck.Reset(max(time.Until(at), 0))
@@ -468,12 +480,34 @@ func (sv *Service) loop(ctx context.Context) {
 	}
 }
 
+// pauses are the pauses of the loop after failed cycles: exponential
+// (cenkalti/backoff) from initial, randomized by ±50%, and never above max,
+// which the randomization alone would pass by half.
+type pauses struct {
+	bo  *backoff.ExponentialBackOff
+	max time.Duration
+}
+
+func newPauses(initial, max time.Duration) *pauses {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = initial
+	bo.MaxInterval = max
+	bo.MaxElapsedTime = 0
+	bo.Reset()
+	return &pauses{bo: bo, max: max}
+}
+
+func (p *pauses) next() time.Duration { return min(p.bo.NextBackOff(), p.max) }
+
+func (p *pauses) reset() { p.bo.Reset() }
+
 // RunOnce runs one full cycle: it resolves every expired lease it can lead,
 // in stream and number order, and returns what it did. The error joins the
 // failures of the cycle (a listing that failed, the recoveries that did);
 // it is the context's error when ctx ended.
 func (sv *Service) RunOnce(ctx context.Context) (CycleResult, error) {
-	return sv.run(ctx, nil)
+	res, _, err := sv.run(ctx, nil)
+	return res, err
 }
 
 func (sv *Service) saturation() float64 {

@@ -41,7 +41,10 @@ type cycle struct {
 }
 
 // run runs one cycle over every stream (streams nil) or over streams.
-func (sv *Service) run(ctx context.Context, streams []string) (CycleResult, error) {
+// listed is false when the cycle could not list the expired leases (the
+// store is unreachable, or ctx ended): a failure of the cycle, unlike the
+// failures of single streams that err joins too.
+func (sv *Service) run(ctx context.Context, streams []string) (res CycleResult, listed bool, err error) {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	start := time.Now()
@@ -51,7 +54,6 @@ func (sv *Service) run(ctx context.Context, streams []string) (CycleResult, erro
 		leads: map[string]Leadership{}, done: map[string]bool{}, deferred: map[string]bool{}, failed: map[string]bool{},
 	}
 	scanned, scanErr := c.scan(ctx, streams)
-	var err error
 	switch {
 	case ctx.Err() != nil:
 		err = ctx.Err()
@@ -69,7 +71,7 @@ func (sv *Service) run(ctx context.Context, streams []string) (CycleResult, erro
 	if sv.observer != nil {
 		sv.observer.Cycle(c.res, err)
 	}
-	return c.res, err
+	return c.res, scanErr == nil, err
 }
 
 // scan lists and walks the expired leases of every stream, or of streams;

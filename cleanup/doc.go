@@ -5,7 +5,7 @@
 //
 // # A cycle
 //
-//	     ┌──── every Interval (+0..10% jitter), at Start, after a failure with backoff ────┐
+//	     ┌──── every Interval (+0..10% jitter), at Start; a failed listing: with backoff ───┐
 //	     v                                                                                  │
 //	ListExpired (database clock; pages of BatchSize, up to ScanLimit held at once)          │
 //	     │                                                                                  │
@@ -20,7 +20,7 @@
 //	     ├─ Selector(level, kind) ─> steps ─> plan (trackers) ─> batch of writes            │
 //	     │      gaps: ResolveExpiredBatch; moves: RecoverExpiredBatch (one transaction)     │
 //	     ├─ a step failed? ─> stop the stream: the entry stays expired (its work is kept);  │
-//	     │      the MaxRecoveryAttempts-th failure in a row declares it a gap instead       │
+//	     │      retried next cycle; only MaxRecoveryAttempts, if set, makes it a gap        │
 //	     └─ resolved by this cleaner ─> hooks (queued, HookConcurrency at a time)           │
 //	                                                                                        │
 //	a stream that waits behind a live lease is walked again when that lease ────────────────┘
@@ -61,13 +61,21 @@
 // A step that fails (a tracker or the database erred), unlike one that
 // declines, stops the pipeline and the walk of its stream for the cycle: the
 // entry stays expired, so recoverable work is not turned into a gap by a
-// passing failure, and the entries after it wait (order). The cycle reports
-// the error and the loop backs off exponentially (up to MaxBackoff) before
-// the next full cycle. After MaxRecoveryAttempts failures in a row the entry
-// is declared a gap with reason recovery.ReasonRecoveryFailed, so one broken
-// tracker cannot stall a stream forever. A write whose reply was lost is
-// read back: a move that committed is reported as the move it was. A
-// cancelled context ends the loop and is not an error.
+// passing failure, and the entries after it wait (order). The stream is
+// walked again at the next regular cycle, and the failure delays no other
+// stream: the loop backs off exponentially (up to MaxBackoff) only when a
+// cycle cannot list the expired leases at all (the store is unreachable).
+// The same holds for a stream whose lease or snapshot failed.
+//
+// A failing entry is never given up by default: its stream waits until the
+// recovery succeeds, its watermark lag grows, and every failure is logged
+// and reported (Observer.Handled, StepObserver: the metrics' failure
+// results and RecoveryFailureRate alert). With MaxRecoveryAttempts set, the
+// MaxRecoveryAttempts-th failure in a row declares the entry a gap with
+// reason recovery.ReasonRecoveryFailed instead: the stream goes on, and the
+// work is lost. A write whose reply was lost is read back: a move that
+// committed is reported as the move it was. A cancelled context ends the
+// loop and is not an error.
 //
 // # Cascade mode
 //

@@ -62,9 +62,45 @@ func TestStepErrorStopsTheStream(t *testing.T) {
 	}
 }
 
-// TestMaxRecoveryAttempts: a tracker that always fails stalls its stream
-// for MaxRecoveryAttempts cycles at most; then the entry becomes a gap that
-// says its recovery failed, and the stream goes on.
+// TestRecoveryNeverGivenUp: by default a failing recovery is never given
+// up: however often the tracker fails, the entry stays expired (its work is
+// not lost) and the later entries wait; once the tracker works again, both
+// move, in order.
+func TestRecoveryNeverGivenUp(t *testing.T) {
+	t.Parallel()
+	s := memory.New(nil)
+	var broken atomic.Bool
+	broken.Store(true)
+	work := recovery.WorkTrackerFunc(func(ctx context.Context, e store.Entry) ([]byte, bool, error) {
+		if e.OperationID == "op-1" && broken.Load() {
+			return nil, false, errors.New("tracker down")
+		}
+		return partialFor()(ctx, e)
+	})
+	sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: work})
+	require.NoError(t, err)
+	defer sv.Stop()
+	leaseExpired(t, s, "n", 2)
+	for i := range 25 {
+		res, err := sv.RunOnce(context.Background())
+		require.ErrorIs(t, err, recovery.ErrUnrecovered, "attempt %d", i+1)
+		require.Equal(t, 1, res.Failed)
+		require.Empty(t, res.Resolved, "attempt %d", i+1)
+		es := readAll(t, s, "n")
+		require.Equal(t, []store.State{store.Leased, store.Leased}, []store.State{es[0].State, es[1].State}, "attempt %d", i+1)
+	}
+	broken.Store(false)
+	res, err := sv.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"partial-work": 2}, res.Resolved)
+	es := readAll(t, s, "n")
+	require.Equal(t, []int64{3, 4}, []int64{es[0].RecoveredAs, es[1].RecoveredAs})
+}
+
+// TestMaxRecoveryAttempts: with MaxRecoveryAttempts set, a tracker that
+// always fails stalls its stream for MaxRecoveryAttempts cycles at most;
+// then the entry becomes a gap that says its recovery failed, and the
+// stream goes on.
 func TestMaxRecoveryAttempts(t *testing.T) {
 	t.Parallel()
 	s := memory.New(nil)
@@ -307,4 +343,34 @@ func TestCascadeLeftOnListingError(t *testing.T) {
 	require.Equal(t, 200, res.Resolved["gap"])
 	require.Equal(t, []float64{2, 1}, boost.log())
 	require.Equal(t, []bool{true, false}, rec.cascadeLog())
+}
+
+// TestFailingStreamDelaysNoOther: a stream whose recovery keeps failing is
+// retried at every regular cycle and does not put the loop on backoff, so
+// the other streams keep the time-to-resolve bound. With MaxBackoff an hour,
+// a loop that backed off after each failure (10 ms, 15 ms, ... growing by
+// half) would take about an hour to reach 30 failures.
+func TestFailingStreamDelaysNoOther(t *testing.T) {
+	t.Parallel()
+	s := memory.New(nil)
+	var fails atomic.Int64
+	work := recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
+		if e.Stream == "bad" {
+			fails.Add(1)
+			return nil, false, errors.New("tracker down")
+		}
+		return nil, false, nil
+	})
+	sv, err := cleanup.New(s, &cleanup.Config{
+		Interval: 10 * time.Millisecond, MaxBackoff: time.Hour, WorkTracker: work,
+	})
+	require.NoError(t, err)
+	leaseExpired(t, s, "bad", 1)
+	require.NoError(t, sv.Start(context.Background()))
+	defer sv.Stop()
+	require.Eventually(t, func() bool { return fails.Load() >= 30 }, 20*time.Second, time.Millisecond,
+		"the failing stream is retried every interval, not on a growing backoff")
+	leaseExpired(t, s, "good", 1)
+	require.Eventually(t, func() bool { return readAll(t, s, "good")[0].State == store.Gap }, 20*time.Second, time.Millisecond)
+	require.Equal(t, store.Leased, readAll(t, s, "bad")[0].State, "the failing entry stays expired")
 }

@@ -36,7 +36,8 @@ func trackerTable(schema string) string { return pgx.Identifier{schema, "tracker
 
 // chaosCleaner is the cleaner every process of the test runs: its own pool,
 // trackers read from the shared table, a fixed low load (all three steps),
-// short stream leases so a killed cleaner's streams are free again soon.
+// short stream leases so a killed cleaner's streams are free again soon;
+// recoverable work is never given up (the default MaxRecoveryAttempts).
 func chaosCleaner(pool *pgxpool.Pool, schema string, b cleanup.Waiter) (*cleanup.Service, error) {
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	if err != nil {
@@ -54,15 +55,14 @@ func chaosCleaner(pool *pgxpool.Pool, schema string, b cleanup.Waiter) (*cleanup
 		}
 	}
 	return cleanup.New(s, &cleanup.Config{
-		Interval:            50 * time.Millisecond,
-		MaxBackoff:          100 * time.Millisecond,
-		Probe:               recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level { return recovery.Low }),
-		WorkTracker:         recovery.WorkTrackerFunc(lookup("partial")),
-		OperationTracker:    recovery.OperationTrackerFunc(lookup("result")),
-		MaxRecoveryAttempts: 1 << 20, // never give work up here
-		LeaseTTL:            time.Second,
-		BatchSize:           7,
-		Barrier:             b,
+		Interval:         50 * time.Millisecond,
+		MaxBackoff:       100 * time.Millisecond,
+		Probe:            recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level { return recovery.Low }),
+		WorkTracker:      recovery.WorkTrackerFunc(lookup("partial")),
+		OperationTracker: recovery.OperationTrackerFunc(lookup("result")),
+		LeaseTTL:         time.Second,
+		BatchSize:        7,
+		Barrier:          b,
 	})
 }
 

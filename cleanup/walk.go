@@ -313,9 +313,9 @@ func (w *walk) readBack(ctx context.Context, run []pending) (map[int64]store.Ent
 
 // settle records what became of an entry; false when it is left
 // unresolved (its stream waits for a later cycle). A failed recovery is
-// counted; at the MaxRecoveryAttempts-th failure in a row the entry is
-// declared a gap instead. A failure because the walk itself ended (Stop,
-// the lead lost) is no failure of the entry.
+// counted; with MaxRecoveryAttempts set, its MaxRecoveryAttempts-th failure
+// in a row declares the entry a gap instead. A failure because the walk
+// itself ended (Stop, the lead lost) is no failure of the entry.
 func (w *walk) settle(ctx context.Context, it pending, r recovery.Result, err error) bool {
 	c := w.c
 	if err != nil && w.stopped(ctx) {
@@ -347,9 +347,10 @@ func (w *walk) settle(ctx context.Context, it pending, r recovery.Result, err er
 	return true
 }
 
-// giveUp counts a failed recovery of it.e. Below MaxRecoveryAttempts in a
-// row the entry stays expired; at it, the entry is declared a gap with
-// reason recovery.ReasonRecoveryFailed.
+// giveUp counts a failed recovery of it.e. The entry stays expired, unless
+// MaxRecoveryAttempts is set and this is its MaxRecoveryAttempts-th failure
+// in a row: then the entry is declared a gap with reason
+// recovery.ReasonRecoveryFailed.
 func (w *walk) giveUp(ctx context.Context, it pending, cause error) (recovery.Result, error) {
 	sv := w.c.sv
 	e := it.e
@@ -362,7 +363,7 @@ func (w *walk) giveUp(ctx context.Context, it pending, cause error) (recovery.Re
 	attrs := []any{slog.String("stream", e.Stream), slog.Int64("number", e.Number),
 		slog.String("operation_id", e.OperationID), slog.Int("attempt", a.n), slog.Int("max_attempts", sv.maxAttempts),
 		slog.Any("error", cause)}
-	if a.n < sv.maxAttempts {
+	if sv.maxAttempts == 0 || a.n < sv.maxAttempts {
 		sv.logger.Warn("cleanup: recovery failed; the entry stays expired and its stream waits for the next cycle", attrs...)
 		return recovery.Result{}, cause
 	}

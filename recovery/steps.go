@@ -17,8 +17,9 @@ const (
 )
 
 // ReasonRecoveryFailed is the gap reason of an expired entry whose recovery
-// kept failing (the cleanup loop's Config.MaxRecoveryAttempts), so that it
-// was declared a gap to unblock its stream.
+// kept failing and whose work was given up to unblock its stream: only when
+// the cleanup loop's Config.MaxRecoveryAttempts is set (by default it never
+// gives up).
 const ReasonRecoveryFailed = "recovery-failed"
 
 // WorkTracker is the caller's record of partial work, for PartialWork.
