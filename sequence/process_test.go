@@ -20,7 +20,9 @@ import (
 // TestCrossProcess starts worker OS processes that lease and commit, in
 // order, on one stream: each process's ordered commits wait for numbers
 // the other processes commit, so they are woken across processes (NOTIFY).
-// The parent follows the stream and checks the ledger.
+// The parent waits for the last number and checks the ledger. Every barrier,
+// the parent's and the workers', polls only once an hour: a lost
+// notification would leave a commit waiting until the test times out.
 func TestCrossProcess(t *testing.T) {
 	t.Parallel()
 	if os.Getenv("SEQLEASE_WORKER") != "" {
@@ -31,7 +33,10 @@ func TestCrossProcess(t *testing.T) {
 	schema := pgtest.NewSchema(t, pool)
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
-	b := startBarrier(t, s)
+	b, err := barrier.New(s, &barrier.Config{PollInterval: workerPoll})
+	require.NoError(t, err)
+	require.NoError(t, b.Start(ctx))
+	t.Cleanup(b.Stop)
 
 	const procs, each = 3, 40
 	exe, err := os.Executable()
@@ -40,7 +45,8 @@ func TestCrossProcess(t *testing.T) {
 	for i := range cmds {
 		cmd := exec.Command(exe, "-test.run=^TestWorkerProcess$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "SEQLEASE_WORKER=1", "SEQLEASE_WORKER_SCHEMA="+schema,
-			"SEQLEASE_WORKER_COUNT="+strconv.Itoa(each), "SEQLEASE_WORKER_ID="+strconv.Itoa(i))
+			"SEQLEASE_WORKER_COUNT="+strconv.Itoa(each), "SEQLEASE_WORKER_ID="+strconv.Itoa(i),
+			"SEQLEASE_WORKER_POLL="+workerPoll.String())
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		require.NoError(t, cmd.Start())
 		cmds[i] = cmd
@@ -61,6 +67,10 @@ func TestCrossProcess(t *testing.T) {
 	require.Len(t, owners, procs, "every process leased")
 }
 
+// workerPoll is the safety poll of every barrier in TestCrossProcess: far
+// longer than the test, so that wake-ups come from notifications alone.
+const workerPoll = time.Hour
+
 // TestWorkerProcess is the body of TestCrossProcess's worker processes; run
 // alone it does nothing.
 func TestWorkerProcess(t *testing.T) {
@@ -75,7 +85,9 @@ func TestWorkerProcess(t *testing.T) {
 	defer pool.Close()
 	s, err := postgres.New(pool, &postgres.Config{Schema: os.Getenv("SEQLEASE_WORKER_SCHEMA")})
 	require.NoError(t, err)
-	b, err := barrier.New(s, nil)
+	poll, err := time.ParseDuration(os.Getenv("SEQLEASE_WORKER_POLL"))
+	require.NoError(t, err)
+	b, err := barrier.New(s, &barrier.Config{PollInterval: poll})
 	require.NoError(t, err)
 	require.NoError(t, b.Start(ctx))
 	defer b.Stop()
