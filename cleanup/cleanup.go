@@ -23,7 +23,8 @@ type Store interface {
 	// Snapshot tells the walk which earlier numbers of a stream are still
 	// leased (the ordering rule).
 	Snapshot(ctx context.Context, stream string, limit int) (store.Snapshot, error)
-	// Now is the database clock, for the expiry of a blocking lease.
+	// Now is the database clock, read once per cycle: for the expiry of a
+	// blocking lease, and for when the cycle found entries expired.
 	Now(ctx context.Context) (time.Time, error)
 	ResolveExpiredBatch(ctx context.Context, stream string, numbers []int64, p *store.ResolveExpiredParams) ([]int64, error)
 	RecoverExpiredBatch(ctx context.Context, stream string, items []store.RecoverItem, p *store.RecoverBatchParams) ([]store.RecoverResult, error)
@@ -186,6 +187,10 @@ type Observer interface {
 	// Handled reports one expired entry this Service resolved, or failed
 	// to (err non-nil: it stays expired and is tried again). Entries found
 	// resolved by someone else are not reported (CycleResult.Elsewhere).
+	// seenAt is when the cycle found e expired, on the database clock (the
+	// clock of e.ExpiresAt: seenAt minus e.ExpiresAt is how long past its
+	// expiry e was, whatever the local clock says); zero when the
+	// database clock could not be read.
 	Handled(e store.Entry, seenAt time.Time, r recovery.Result, err error)
 	// Cycle reports a finished cycle: a full scan, or a re-run of streams
 	// whose blocking lease resolved or expired.

@@ -106,7 +106,7 @@ func (c *cycle) scanStream(ctx context.Context, only string) error {
 			}
 			return fmt.Errorf("cleanup: list expired: %w", err)
 		}
-		seenAt := time.Now()
+		seenAt := c.dbNow(ctx)
 		c.res.Expired += len(window)
 		if !c.cascade && c.res.Expired > sv.cascade.threshold {
 			c.enterCascade()
@@ -342,25 +342,50 @@ func (c *cycle) deferBehind(ctx context.Context, stream string, blocker int64, w
 func (c *cycle) blockerDeadline(ctx context.Context, stream string, blocker int64) time.Time {
 	sv := c.sv
 	qctx, cancel := context.WithTimeout(ctx, sv.qTimeout)
-	defer cancel()
 	es, err := sv.store.Read(qctx, stream, blocker-1, 1)
+	cancel()
 	if err != nil || len(es) == 0 {
 		return time.Time{}
 	}
-	now := time.Now()
 	if es[0].State.Resolved() {
-		return now.Add(minRecheck)
+		return time.Now().Add(minRecheck)
 	}
-	if !c.haveOffset {
-		dbNow, err := sv.store.Now(qctx)
-		if err != nil {
-			return time.Time{}
-		}
-		after := time.Now()
-		c.offset, c.haveOffset = dbNow.Sub(now.Add(after.Sub(now)/2)), true
-		now = after
+	offset, ok := c.clockOffset(ctx)
+	if !ok {
+		return time.Time{}
 	}
-	return now.Add(max(es[0].ExpiresAt.Sub(now.Add(c.offset)), minRecheck))
+	now := time.Now()
+	return now.Add(max(es[0].ExpiresAt.Sub(now.Add(offset)), minRecheck))
+}
+
+// dbNow returns the database clock's now, as the local clock and the
+// cycle's clock offset tell it; zero when the offset cannot be read.
+func (c *cycle) dbNow(ctx context.Context) time.Time {
+	offset, ok := c.clockOffset(ctx)
+	if !ok {
+		return time.Time{}
+	}
+	return time.Now().Add(offset).Round(0)
+}
+
+// clockOffset returns the database clock minus the local clock, read once
+// per cycle (Store.Now, taken halfway through its round trip); false when
+// it cannot be read (a later call tries again).
+func (c *cycle) clockOffset(ctx context.Context) (time.Duration, bool) {
+	if c.haveOffset {
+		return c.offset, true
+	}
+	qctx, cancel := context.WithTimeout(ctx, c.sv.qTimeout)
+	defer cancel()
+	before := time.Now()
+	dbNow, err := c.sv.store.Now(qctx)
+	if err != nil {
+		c.sv.logger.Debug("cleanup: read the database clock", slog.Any("error", err))
+		return 0, false
+	}
+	after := time.Now()
+	c.offset, c.haveOffset = dbNow.Sub(before.Add(after.Sub(before)/2)), true
+	return c.offset, true
 }
 
 // report tells the Observer what became of e.

@@ -120,9 +120,11 @@ type CleanupObserver struct{ m *Metrics }
 
 // Handled implements cleanup.Observer. A resolved entry counts once in
 // NameLeaseExpired (method: the step that resolved it) and
-// NameLeaseOverrun, and in NameGapCreated when it became a gap. An entry
-// no step resolved is left for a later cycle and counted then; its failed
-// steps count in NameRecoveryAttempts.
+// NameLeaseOverrun (seenAt minus its expiry, both on the database clock;
+// not recorded when the loop could not read that clock), and in
+// NameGapCreated when it became a gap. An entry no step resolved is left
+// for a later cycle and counted then; its failed steps count in
+// NameRecoveryAttempts.
 func (o *CleanupObserver) Handled(e store.Entry, seenAt time.Time, r recovery.Result, err error) {
 	if err != nil {
 		return
@@ -131,7 +133,9 @@ func (o *CleanupObserver) Handled(e store.Entry, seenAt time.Time, r recovery.Re
 	ctx := context.Background()
 	name := m.stream(e.Stream).name
 	m.expired.Add(ctx, 1, m.opt(attrKey{shape: shapeStreamKindMethod, stream: name, kind: e.Kind, a: r.Method}))
-	m.overrun.Record(ctx, max(seenAt.Sub(e.ExpiresAt), 0).Seconds(), m.opt(attrKey{shape: shapeStreamKind, stream: name, kind: e.Kind}))
+	if !seenAt.IsZero() {
+		m.overrun.Record(ctx, max(seenAt.Sub(e.ExpiresAt), 0).Seconds(), m.opt(attrKey{shape: shapeStreamKind, stream: name, kind: e.Kind}))
+	}
 	switch {
 	case r.Method == recovery.MethodGap:
 		reason := store.ReasonExpired
