@@ -192,8 +192,9 @@ type Observer interface {
 	// expiry e was, whatever the local clock says); zero when the
 	// database clock could not be read.
 	Handled(e store.Entry, seenAt time.Time, r recovery.Result, err error)
-	// Cycle reports a finished cycle: a full scan, or a re-run of streams
-	// whose blocking lease resolved or expired.
+	// Cycle reports a finished cycle: a full scan (r.Full), or a re-run of
+	// streams whose blocking lease resolved or expired, which sees only
+	// those streams.
 	Cycle(r CycleResult, err error)
 	// Cascade reports entering (true) or leaving (false) cascade mode;
 	// every entry is followed by a leave, whatever ends the cycle.
@@ -205,6 +206,7 @@ type Observer interface {
 
 // CycleResult is what one cycle did.
 type CycleResult struct {
+	Full      bool           // a scan of every stream, not a re-run of some (Expired counts only theirs)
 	Expired   int            // expired leases found
 	Resolved  map[string]int // resolved by this Service, by the step that resolved them
 	Elsewhere int            // found resolved meanwhile by someone else (a late release, another cleaner)

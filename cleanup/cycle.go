@@ -50,7 +50,7 @@ func (sv *Service) run(ctx context.Context, streams []string) (res CycleResult, 
 	start := time.Now()
 	ctx, end := sv.startCycle(ctx)
 	c := &cycle{
-		sv: sv, full: streams == nil, res: CycleResult{Resolved: map[string]int{}},
+		sv: sv, full: streams == nil, res: CycleResult{Full: streams == nil, Resolved: map[string]int{}},
 		leads: map[string]Leadership{}, done: map[string]bool{}, deferred: map[string]bool{}, failed: map[string]bool{},
 	}
 	scanned, scanErr := c.scan(ctx, streams)

@@ -104,6 +104,20 @@ func TestDeferredStreamRunsWhenBlockerResolves(t *testing.T) {
 			got := readAll(t, s, "w")
 			require.Equal(t, int64(4), got[0].RecoveredAs)
 			require.Equal(t, int64(5), got[2].RecoveredAs)
+
+			// The first cycle was a full scan; the one that moved 3 a re-run
+			// of the stream, reported as such.
+			require.Eventually(t, func() bool {
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				for _, c := range rec.cycles[1:] {
+					if c.Resolved["partial-work"] == 1 {
+						return !c.Full
+					}
+				}
+				return false
+			}, 10*time.Second, time.Millisecond)
+			require.True(t, rec.firstCycle(t).Full)
 		})
 	}
 }

@@ -23,7 +23,7 @@ const (
 	// AlertExpirationRate: more than Thresholds.ExpirationRate of the
 	// leases granted in the window expired (warning).
 	AlertExpirationRate = "ExpirationRate"
-	// AlertMassExpiry: one cleanup cycle found more than
+	// AlertMassExpiry: one full cleanup scan found more than
 	// Thresholds.MassExpiry expired leases at once (critical).
 	AlertMassExpiry = "MassExpiry"
 	// AlertRecoveryFailureRate: more than Thresholds.RecoveryFailureRate
@@ -66,7 +66,7 @@ type Thresholds struct {
 	// ExpirationRate is the share of granted leases that may expire.
 	// Default: DefaultExpirationRate (5%).
 	ExpirationRate float64
-	// MassExpiry is how many expired leases one cleanup cycle may find.
+	// MassExpiry is how many expired leases one full cleanup scan may find.
 	// Default: DefaultMassExpiry (10).
 	MassExpiry int
 	// RecoveryFailureRate is the share of recovery steps that may fail.
@@ -105,10 +105,10 @@ type EvaluatorConfig struct {
 
 // Evaluator watches the events Metrics reports (or that the caller reports
 // itself) and raises alerts when thresholds are crossed. The rates are over
-// a sliding window; the mass expiry alert follows the last cleanup cycle and
-// the open gaps alert the last count. Conditions are evaluated at every
-// event and at Evaluate (Metrics calls it at every collection), so a rate
-// alert resolves once its window slides past the trouble.
+// a sliding window; the mass expiry alert follows the last full cleanup
+// scan and the open gaps alert the last count. Conditions are evaluated at
+// every event and at Evaluate (Metrics calls it at every collection), so a
+// rate alert resolves once its window slides past the trouble.
 //
 // An Evaluator sees one process: the leases it granted and the expiries its
 // cleanup loop resolved. For a fleet, alert on the exported metrics as
@@ -207,7 +207,9 @@ func (e *Evaluator) Recovery(ok bool) {
 	})
 }
 
-// Cycle reports a cleanup cycle that found expired leases.
+// Cycle reports how many expired leases a full cleanup scan found (a
+// re-run of a few streams sees only theirs: Metrics reports full scans
+// only).
 func (e *Evaluator) Cycle(expired int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -305,7 +307,7 @@ func (e *Evaluator) evaluateLocked(now time.Time) {
 	if e.cycle >= 0 {
 		v := float64(e.cycle)
 		e.set(now, AlertMassExpiry, v, e.cycle > int64(e.th.MassExpiry), func(a *Alert) string {
-			return fmt.Sprintf("one cleanup cycle found %d expired leases at once; threshold %.0f: a worker node died or the database paused", e.cycle, a.Threshold)
+			return fmt.Sprintf("one cleanup scan found %d expired leases at once; threshold %.0f: a worker node died or the database paused", e.cycle, a.Threshold)
 		})
 	}
 	if e.openGaps >= 0 {

@@ -35,7 +35,7 @@
 // # Gauges
 //
 // The watermark lag (the highest number this process leased minus the
-// stream's watermark), the open gaps, the last cycle's expired count,
+// stream's watermark), the open gaps, the last full scan's expired count,
 // cascade mode and the alerts are observed by one callback at each
 // collection, over the streams this process touched. The lag reads the
 // barrier's in-memory watermark; the open gap count is one query per stream
@@ -62,7 +62,7 @@
 //
 // An Evaluator keeps the events of a sliding window (default one hour) and
 // watches four conditions: the share of granted leases that expired, the
-// expired leases one cleanup cycle found at once, the share of recovery
+// expired leases one full cleanup scan found at once, the share of recovery
 // steps that failed, and the open gaps. Each alert has two states and sends
 // only its transitions:
 //

@@ -270,7 +270,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.lag = gauge(NameWatermarkLag, "{entry}", "The highest number this process leased minus the stream's watermark.")
 	m.recoveries = counter(NameRecoveryAttempts, "{attempt}", "Recovery steps tried on expired leases, by step (method) and result (success, declined, failure).")
 	m.cycleDuration = histogram(NameCleanupCycleDuration, "Duration of cleanup cycles, by result (ok, error).", cycleBuckets)
-	m.cycleExpired = gauge(NameCleanupCycleExpired, "{lease}", "Expired leases the last cleanup cycle found.")
+	m.cycleExpired = gauge(NameCleanupCycleExpired, "{lease}", "Expired leases the last full cleanup scan found (re-runs of some streams do not count).")
 	m.cascadeActive = gauge(NameCleanupCascadeActive, "{mode}", "1 while the cleanup loop is in cascade mode (a mass expiry), else 0.")
 	m.hookFailures = counter(NameCleanupHookFailures, "{failure}", "Resource-cleanup hooks that failed or timed out.")
 	m.gapOpen = gauge(NameGapOpen, "{gap}", "Open (unfilled) gaps of the stream.")

@@ -488,6 +488,40 @@ func TestCascadeGauge(t *testing.T) {
 	require.Equal(t, map[string]int64{"": 0}, points(t, b.collect(t)[metrics.NameCleanupCascadeActive]))
 }
 
+// TestMassExpiryFollowsFullScans: the mass expiry alert and the expired
+// gauge follow full scans only. Re-runs of deferred streams in between,
+// which find few expired leases, neither resolve the alert nor drop the
+// gauge, so a backlog that lasts fires once, not once per scan.
+func TestMassExpiryFollowsFullScans(t *testing.T) {
+	b := setup(t)
+	c := b.m.Cleanup()
+	expired := func() int64 { return points(t, b.collect(t)[metrics.NameCleanupCycleExpired])[""] }
+	massExpiry := func() []metrics.Alert {
+		var out []metrics.Alert
+		for _, a := range *b.fired {
+			if a.Name == metrics.AlertMassExpiry {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	for range 3 {
+		c.Cycle(cleanup.CycleResult{Full: true, Expired: 50}, nil)
+		for range 5 {
+			c.Cycle(cleanup.CycleResult{Expired: 1}, nil) // re-runs of a deferred stream
+			require.Equal(t, int64(50), expired())
+		}
+	}
+	require.Len(t, massExpiry(), 1, "one alert while the backlog lasts")
+	require.True(t, massExpiry()[0].Firing)
+	c.Cycle(cleanup.CycleResult{Full: true}, nil)
+	require.Zero(t, expired())
+	require.Len(t, massExpiry(), 2)
+	require.False(t, massExpiry()[1].Firing, "the next full scan that finds none resolves it")
+	cycles := histogram(t, b.collect(t)[metrics.NameCleanupCycleDuration])
+	require.Equal(t, uint64(3+15+1), cycles["result=ok"].Count, "every cycle is timed, re-runs too")
+}
+
 // TestMaxStreams checks that streams beyond the limit share one series and
 // get no gauges.
 func TestMaxStreams(t *testing.T) {
@@ -587,8 +621,8 @@ func TestNilProviders(t *testing.T) {
 		c.Handled(e, time.Now(), recovery.Result{Recovered: true, Method: recovery.MethodGap}, nil)
 		c.HookFailed(e, errors.New("x"))
 		c.Cascade(true)
-		endCycle(cleanup.CycleResult{Expired: 1}, nil)
-		c.Cycle(cleanup.CycleResult{Expired: 1}, nil)
+		endCycle(cleanup.CycleResult{Full: true, Expired: 1}, nil)
+		c.Cycle(cleanup.CycleResult{Full: true, Expired: 1}, nil)
 		m.Gaps().Filled(ctx, gap.Gap{Stream: "s"})
 		m.NamedLeases().Acquire(ctx, "k", nil)
 		require.NoError(t, m.Close())

@@ -151,8 +151,10 @@ func (o *CleanupObserver) Handled(e store.Entry, seenAt time.Time, r recovery.Re
 	}
 }
 
-// Cycle implements cleanup.Observer: NameCleanupCycleDuration and
-// NameCleanupCycleExpired, and the mass expiry alert.
+// Cycle implements cleanup.Observer: NameCleanupCycleDuration for every
+// cycle; NameCleanupCycleExpired and the mass expiry alert for full scans
+// only, since a re-run of a few streams finds only their expired leases
+// and would resolve the alert (and drop the gauge) until the next scan.
 func (o *CleanupObserver) Cycle(r cleanup.CycleResult, err error) {
 	if errors.Is(err, context.Canceled) {
 		return // stopped part way: not a cycle to measure, nor a failure
@@ -163,6 +165,9 @@ func (o *CleanupObserver) Cycle(r cleanup.CycleResult, err error) {
 		result = ResultError
 	}
 	m.cycleDuration.Record(context.Background(), r.Duration.Seconds(), m.opt(attrKey{shape: shapeResult, b: result}))
+	if !r.Full {
+		return
+	}
 	m.lastExpired.Store(int64(r.Expired))
 	if m.alerts != nil {
 		m.alerts.Cycle(r.Expired)
