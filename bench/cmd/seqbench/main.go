@@ -34,13 +34,14 @@ import (
 const (
 	secLimit   = "The limit: pgbench, same SQL without ordering logic"
 	secStreams = "seqlease streams on PostgreSQL, and the raw pgx loop"
+	secMany    = "Many streams on one database"
 	secNamed   = "Named leases: seqlease, pglock, raw pgx"
 	secMemory  = "In-memory backend and its limit"
 	secCleanup = "Cleanup of expired leases (PostgreSQL)"
 	secWake    = "Wake latency of an ordered commit"
 )
 
-var sections = []string{secLimit, secStreams, secNamed, secMemory, secCleanup, secWake}
+var sections = []string{secLimit, secStreams, secMany, secNamed, secMemory, secCleanup, secWake}
 
 // metric is one figure a measurement reports.
 type metric struct {
@@ -66,7 +67,7 @@ type outcome struct {
 
 func allSpecs() []spec {
 	var out []spec
-	for _, f := range []func() []spec{pgbenchSpecs, streamSpecs, namedSpecs, memorySpecs, cleanupSpecs, wakeSpecs} {
+	for _, f := range []func() []spec{pgbenchSpecs, streamSpecs, manySpecs, namedSpecs, memorySpecs, cleanupSpecs, wakeSpecs} {
 		out = append(out, f()...)
 	}
 	return out

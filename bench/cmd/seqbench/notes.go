@@ -20,6 +20,12 @@ var sectionNotes = map[string]string{
 		"barriers of other processes; PostgreSQL serializes the commits of all notifying transactions (async.c takes " +
 		"a cluster-wide lock before the commit and holds it until the commit, WAL flush included, is done), which " +
 		"group commit amortizes over a whole group.",
+	secMany: "One process, one Leaser (coalescing and group commit on), 16 workers: worker i leases and commits on " +
+		"stream i mod s of a fresh schema, so each stream has 16/s workers; pool of max(16, 2 x streams) + 4 " +
+		"connections (docs/operations.md). Group commit folds only consecutive numbers of one stream, so the " +
+		"fewer workers a stream has, the smaller its groups: with one worker per stream every commit is a " +
+		"transaction of its own, with its WAL flush and its NOTIFY, and PostgreSQL serializes the commits of " +
+		"notifying transactions across the whole database.",
 	secNamed: "Each goroutine acquires and releases its own name (`TryAcquire` / pglock's `FailIfLocked`), or all 16 " +
 		"contend for one name with blocking acquires; TTL 1 min, no keep-alive, pglock's heartbeats off. " +
 		"seqlease's acquire reads before it writes (so a held name costs no write) and its release NOTIFYs only " +

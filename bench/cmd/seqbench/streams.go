@@ -191,6 +191,67 @@ func streamSpecs() []spec {
 	return out
 }
 
+// manyWorkers is how many workers the many-streams rows spread over their
+// streams: as many as the one-stream rows' largest count.
+const manyWorkers = 16
+
+// manySpecs are lease + ordered commit on several streams of one database
+// at once, by one process: manyWorkers workers, worker i on stream i mod s.
+func manySpecs() []spec {
+	var out []spec
+	for _, n := range []int{1, 4, 16} {
+		out = append(out, spec{
+			key:     fmt.Sprintf("seq/streams/s=%d/w=%d", n, manyWorkers),
+			section: secMany,
+			name:    fmt.Sprintf("lease + ordered commit, group commit on, %s over %s", plural(manyWorkers, "worker"), plural(n, "stream")),
+			metrics: []metric{{key: "rate", unit: "ops/s"}},
+			run: func(ctx context.Context, e *env) (map[string]float64, error) {
+				streams := make([]string, n)
+				for i := range streams {
+					streams[i] = fmt.Sprintf("bench-%d", i)
+				}
+				// docs/operations.md: about two connections per busy stream
+				// plus four, and at least one per worker.
+				conns := max(manyWorkers, 2*n) + 4
+				return withSeq(ctx, e, conns, sequence.Config{}, func(s *seqEnv) (map[string]float64, error) {
+					r, err := loop(ctx, loopOpts{workers: manyWorkers, warm: e.warm, dur: e.dur}, func(ctx context.Context, w int) error {
+						x, err := s.leaser.Lease(ctx, streams[w%n], &sequence.LeaseOpts{TTL: leaseTTL})
+						if err != nil {
+							return err
+						}
+						return x.Commit(ctx, payload)
+					})
+					if err == nil {
+						err = checkCommitted(ctx, s, streams, r.ops())
+					}
+					return map[string]float64{"rate": r.perSecond()}, err
+				})
+			},
+		})
+	}
+	return out
+}
+
+// checkCommitted checks that the streams hold at least counted commits and
+// that every number handed out is resolved: the rate counts real work.
+func checkCommitted(ctx context.Context, s *seqEnv, streams []string, counted int64) error {
+	var resolved int64
+	for _, name := range streams {
+		st, err := s.store.Stats(ctx, name)
+		if err != nil {
+			return err
+		}
+		if st.Unresolved != 0 {
+			return fmt.Errorf("stream %s: %d numbers unresolved after the run", name, st.Unresolved)
+		}
+		resolved += st.Watermark
+	}
+	if resolved < counted {
+		return fmt.Errorf("%d commits counted, %d numbers resolved", counted, resolved)
+	}
+	return nil
+}
+
 // rawLeaseCommit runs the statements of pgbench script (b) through a pgx
 // pool: lease one number, then commit it, two transactions per item.
 func rawLeaseCommit(ctx context.Context, e *env, workers int) (map[string]float64, error) {
