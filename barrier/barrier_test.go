@@ -7,11 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/internal/pgtest"
+	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
 	"github.com/seqlease/seqlease/store/postgres"
@@ -192,9 +195,15 @@ func TestSnapshotCutAtLimit(t *testing.T) {
 	}
 }
 
-// TestCrossPool runs two barriers on two independent pools: waiters in one
-// are woken by commits made through the other, and killing the listening
-// connection loses no wake-up.
+// TestCrossPool runs what two processes would on two independent pools of
+// one schema: each pool has its own store, barrier (with a safety poll of an
+// hour, so wake-ups come from notifications and from the re-read after a
+// reconnect) and Leaser. The numbers alternate between the pools, and the
+// commits of a round are parked in reverse order before the first is made:
+// every ordered commit then waits for a number the other pool committed, so
+// wake-ups cross in both directions. With the second round parked, both
+// listening connections are killed with pg_terminate_backend and the round
+// is set off at once: it loses no wake-up either.
 func TestCrossPool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -203,35 +212,124 @@ func TestCrossPool(t *testing.T) {
 	poolB, err := pgtest.NewPool(ctx, &pgtest.Options{MaxConns: 4})
 	require.NoError(t, err)
 	t.Cleanup(poolB.Close)
-	a, err := postgres.New(poolA, &postgres.Config{Schema: schema})
-	require.NoError(t, err)
-	bStore, err := postgres.New(poolB, &postgres.Config{Schema: schema})
-	require.NoError(t, err)
-	// A poll that never fires in the test: wake-ups must come from
-	// notifications and from the re-read after a reconnect.
-	ba := start(t, a, &barrier.Config{PollInterval: time.Hour})
+	type side struct {
+		store  *postgres.Store
+		waiter *parkCounter
+		leaser *sequence.Leaser
+	}
+	var sides [2]side
+	for i, pool := range []*pgxpool.Pool{poolA, poolB} {
+		s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+		require.NoError(t, err)
+		w := &parkCounter{Waiter: start(t, s, &barrier.Config{PollInterval: time.Hour}), parks: map[int64]int{}}
+		l, err := sequence.New(s, &sequence.Config{Barrier: w, Owner: fmt.Sprint("pool ", i)})
+		require.NoError(t, err)
+		sides[i] = side{s, w, l}
+	}
 
-	es := lease(t, bStore, "x", 6)
-	ch, cancel, err := ba.Ready(ctx, "x", 3)
-	require.NoError(t, err)
-	defer cancel()
-	commit(t, bStore, es[0])
-	require.False(t, closed(ch))
-	commit(t, bStore, es[1])
-	waitClosed(t, ch, "waiter in pool A for a commit in pool B")
+	const perRound = 8
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // a failed round leaves commits parked until their lease ends
+	type round struct {
+		what    string
+		xs      []*sequence.Lease
+		results []chan error
+	}
+	// park leases a round's numbers, alternately in each pool, and parks
+	// the commits of all but the first, in reverse order.
+	park := func(what string) round {
+		t.Helper()
+		r := round{what, make([]*sequence.Lease, perRound), make([]chan error, perRound)}
+		for i := range r.xs {
+			r.xs[i], err = sides[i%2].leaser.Lease(ctx, "x", &sequence.LeaseOpts{TTL: 30 * time.Second})
+			require.NoError(t, err)
+		}
+		for i := perRound - 1; i >= 1; i-- {
+			x, ch := r.xs[i], make(chan error, 1)
+			r.results[i] = ch
+			wg.Go(func() { ch <- x.Commit(ctx, fmt.Append(nil, x.Number())) })
+			w := sides[i%2].waiter
+			require.Eventually(t, func() bool { return w.parked(x.Number()) >= 1 }, 10*time.Second, 100*time.Microsecond,
+				"%s: the commit of %d did not park", what, x.Number())
+		}
+		return r
+	}
+	// run commits the round's first number, which sets off the chain: each
+	// parked commit is woken by the commit before it, made in the other pool.
+	run := func(r round) {
+		t.Helper()
+		for i := 1; i < perRound; i++ {
+			select {
+			case err := <-r.results[i]:
+				t.Fatalf("%s: %d committed before %d: %v", r.what, r.xs[i].Number(), r.xs[0].Number(), err)
+			default:
+			}
+		}
+		require.NoError(t, r.xs[0].Commit(ctx, fmt.Append(nil, r.xs[0].Number())))
+		for i := 1; i < perRound; i++ {
+			select {
+			case err := <-r.results[i]:
+				require.NoError(t, err, "%s: commit of %d", r.what, r.xs[i].Number())
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s: the commit of %d (pool %d) was not woken by %d's (pool %d)",
+					r.what, r.xs[i].Number(), i%2, r.xs[i-1].Number(), (i-1)%2)
+			}
+		}
+	}
+	run(park("connected"))
 
-	// Kill the listener of pool A, then resolve while it reconnects.
-	ch4, cancel4, err := ba.Ready(ctx, "x", 5)
+	// Kill both listeners with a round parked, and set it off as soon as
+	// they are gone: its first notifications are sent while the pools
+	// reconnect (after a pause of 50 ms), so the barriers learn of them
+	// from the re-read after the reconnect.
+	r := park("after the listeners were killed")
+	rows, err := poolB.Query(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN %' AND query LIKE '%' || $1 || '%'`, schema)
 	require.NoError(t, err)
-	defer cancel4()
-	tag, err := poolB.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()
-		AND query LIKE '%' || $1 || '%'`, schema)
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
 	require.NoError(t, err)
-	require.Equal(t, int64(1), tag.RowsAffected(), "one listener to kill")
-	commit(t, bStore, es[2])
-	commit(t, bStore, es[3])
-	waitClosed(t, ch4, "waiter after its listener was killed")
+	require.Len(t, pids, 2, "one listener per pool")
+	_, err = poolB.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid`, pids)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var alive bool
+		err := poolB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ANY($1))`, pids).Scan(&alive)
+		return err == nil && !alive
+	}, 10*time.Second, 100*time.Microsecond)
+	run(r)
+
+	es, err := sides[0].store.Read(ctx, "x", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, es, 2*perRound)
+	var latest time.Time
+	for i, e := range es {
+		require.Equal(t, int64(i+1), e.Number)
+		require.Equal(t, store.Committed, e.State)
+		require.Equal(t, fmt.Sprint("pool ", i%2), e.Owner, "the pools alternate")
+		require.False(t, e.ResolvedAt.Before(latest), "%d committed before %d", e.Number, e.Number-1)
+		latest = e.ResolvedAt
+	}
+}
+
+// parkCounter counts the Ready calls per number: an ordered commit calls
+// Ready each time it parks at the barrier.
+type parkCounter struct {
+	sequence.Waiter
+	mu    sync.Mutex
+	parks map[int64]int
+}
+
+func (w *parkCounter) Ready(ctx context.Context, stream string, n int64) (<-chan struct{}, func(), error) {
+	w.mu.Lock()
+	w.parks[n]++
+	w.mu.Unlock()
+	return w.Waiter.Ready(ctx, stream, n)
+}
+
+func (w *parkCounter) parked(n int64) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.parks[n]
 }
 
 // TestManyWaitersOneStream checks that a crowd of waiters is served
