@@ -50,7 +50,8 @@ type Waiter interface {
 // resolved, after it resolved it, concurrently (at most
 // Config.HookConcurrency at a time) and each bounded by Config.HookTimeout;
 // a failing hook is logged and reported and never delays a resolution. A
-// hook must return when its context ends: Stop cancels it and waits.
+// hook must return when its context ends: Stop lets the hooks finish for
+// up to Config.HookGrace, then cancels them and waits.
 type HookFunc func(ctx context.Context, e store.Entry) error
 
 // Defaults of Config.
@@ -71,6 +72,8 @@ const (
 	MaxInterval            = 24 * time.Hour
 	DefaultHookTimeout     = 10 * time.Second
 	DefaultHookConcurrency = 16
+	DefaultHookQueue       = 100_000
+	DefaultHookGrace       = 5 * time.Second
 	DefaultMaxBackoff      = time.Minute
 	DefaultQueryTimeout    = 30 * time.Second
 )
@@ -160,6 +163,16 @@ type Config struct {
 	// HookConcurrency is how many hooks run at once. Default:
 	// DefaultHookConcurrency (16).
 	HookConcurrency int
+	// HookQueue is the most hooks waiting to run. When it is full, the
+	// hooks of further resolved entries are dropped: logged, and reported
+	// to Observer.HookFailed with ErrHookDropped (the metrics count them
+	// as hook failures). Default: DefaultHookQueue (100,000).
+	HookQueue int
+	// HookGrace is how long Stop lets the queued and running hooks finish
+	// before it cancels those still running and drops those still queued
+	// (logged, and reported with ErrHookDropped). Default:
+	// DefaultHookGrace (5 s).
+	HookGrace time.Duration
 	// MaxBackoff caps the pause after a cycle that could not list the
 	// expired leases (the store is unreachable): the pauses start at 1 s
 	// (Interval if shorter), grow by half each time, randomized, and never
@@ -200,7 +213,7 @@ type Observer interface {
 	// every entry is followed by a leave, whatever ends the cycle.
 	Cascade(active bool)
 	// HookFailed reports a hook that failed, timed out or was cut short by
-	// Stop.
+	// Stop, or one that never ran (err matches ErrHookDropped).
 	HookFailed(e store.Entry, err error)
 }
 
@@ -302,6 +315,10 @@ func New(s Store, cfg *Config) (*Service, error) {
 		return nil, fmt.Errorf("cleanup: Config.HookTimeout %v is negative", cfg.HookTimeout)
 	case cfg.HookConcurrency < 0:
 		return nil, fmt.Errorf("cleanup: Config.HookConcurrency %d is negative", cfg.HookConcurrency)
+	case cfg.HookQueue < 0:
+		return nil, fmt.Errorf("cleanup: Config.HookQueue %d is negative", cfg.HookQueue)
+	case cfg.HookGrace < 0:
+		return nil, fmt.Errorf("cleanup: Config.HookGrace %v is negative", cfg.HookGrace)
 	case cfg.MaxBackoff < 0:
 		return nil, fmt.Errorf("cleanup: Config.MaxBackoff %v is negative", cfg.MaxBackoff)
 	case cfg.QueryTimeout < 0:
@@ -376,7 +393,8 @@ func New(s Store, cfg *Config) (*Service, error) {
 		}
 	}
 	sv.hooks = newHookRunner(cfg.Hooks, cmp.Or(cfg.HookTimeout, DefaultHookTimeout),
-		cmp.Or(cfg.HookConcurrency, DefaultHookConcurrency), logger, cfg.Observer)
+		cmp.Or(cfg.HookConcurrency, DefaultHookConcurrency), cmp.Or(cfg.HookQueue, DefaultHookQueue),
+		cmp.Or(cfg.HookGrace, DefaultHookGrace), logger, cfg.Observer)
 	sv.wake.init()
 	return sv, nil
 }
@@ -403,9 +421,10 @@ func (sv *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the loop, cancels the hooks still running, and waits for every
-// goroutine it started; it releases the stream leases it holds. It is safe
-// before Start and twice.
+// Stop stops the loop, lets the hooks of the entries already resolved run
+// for up to HookGrace, cancels those still running and drops the rest, and
+// waits for every goroutine it started; it releases the stream leases it
+// holds. It is safe before Start and twice.
 func (sv *Service) Stop() {
 	sv.lifeMu.Lock()
 	sv.stopped = true

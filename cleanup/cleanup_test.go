@@ -425,6 +425,8 @@ func TestConfigValidation(t *testing.T) {
 		"CascadeTTLFactor":    {CascadeTTLFactor: 0.5},
 		"HookTimeout":         {HookTimeout: -1},
 		"HookConcurrency":     {HookConcurrency: -1},
+		"HookQueue":           {HookQueue: -1},
+		"HookGrace":           {HookGrace: -1},
 		"MaxBackoff":          {MaxBackoff: -1},
 		"QueryTimeout":        {QueryTimeout: -1},
 		"Owner":               {Owner: "a\x00b"},

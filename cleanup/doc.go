@@ -94,11 +94,14 @@
 //
 // Config.Hooks release what an expired operation held. They run once per
 // expired entry, after this Service resolved it (not for entries resolved
-// by someone else, nor for entries left expired), from a queue served by at
-// most HookConcurrency goroutines, each bounded by HookTimeout; a failure is
-// logged and reported and never delays a resolution. Stop cancels the
-// running hooks and drops the queued ones. Hooks are best effort: a crash
-// between a resolution and its hooks skips them.
+// by someone else, nor for entries left expired), from a queue of at most
+// HookQueue hooks served by at most HookConcurrency goroutines, each bounded
+// by HookTimeout; a failure is logged and reported and never delays a
+// resolution. Stop lets the queued and running hooks finish for up to
+// HookGrace, then cancels those still running and drops those still
+// queued. A hook dropped (the queue full, the grace period over) is logged
+// and reported with ErrHookDropped. Hooks are best effort: a crash between
+// a resolution and its hooks skips them.
 //
 // # Observing
 //
@@ -112,8 +115,8 @@
 //
 // # Lifecycle
 //
-// Start runs the loop in the background and returns; Stop cancels it, cancels
-// the hooks, and waits for every goroutine it started. Stop is safe before
-// Start and twice. RunOnce runs one full cycle in the caller's goroutine,
+// Start runs the loop in the background and returns; Stop cancels it, lets
+// the hooks finish for up to HookGrace, cancels the rest, and waits for
+// every goroutine it started. Stop is safe before Start and twice. RunOnce runs one full cycle in the caller's goroutine,
 // for tests and operator tools.
 package cleanup

@@ -2,6 +2,8 @@ package cleanup
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -9,23 +11,34 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
+// ErrHookDropped is reported (Observer.HookFailed) for a hook that never
+// ran: the queue was full (Config.HookQueue), Stop's grace period
+// (Config.HookGrace) ended first, or the Service was stopped already.
+var ErrHookDropped = errors.New("cleanup: hook dropped")
+
 // hookRunner runs the hooks of resolved entries on at most limit
-// goroutines, from a queue, so a mass expiry does not start a goroutine per
-// hook and entry. Stop cancels the running hooks and drops the queue.
+// goroutines, from a queue of at most capacity hooks, so a mass expiry
+// neither starts a goroutine per hook and entry nor holds unbounded memory.
+// Stop lets the queue drain for a grace period, then cancels the running
+// hooks and drops the rest.
 type hookRunner struct {
 	hooks    []HookFunc
 	timeout  time.Duration
 	limit    int
+	capacity int
+	grace    time.Duration
 	logger   *slog.Logger
 	observer Observer
 
-	ctx    context.Context // cancelled by stop
+	ctx    context.Context // cancelled when the grace period ends
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
 	queue   []hookTask
 	workers int
-	stopped bool
+	closed  bool // Stop began: nothing more is queued
+	stopped bool // the grace period ended: the workers take nothing more
+	full    bool // the last add found the queue full (logged once per episode)
 	wg      sync.WaitGroup
 }
 
@@ -35,29 +48,54 @@ type hookTask struct {
 	e   store.Entry
 }
 
-func newHookRunner(hooks []HookFunc, timeout time.Duration, limit int, logger *slog.Logger, observer Observer) *hookRunner {
-	r := &hookRunner{hooks: hooks, timeout: timeout, limit: limit, logger: logger, observer: observer}
+func newHookRunner(hooks []HookFunc, timeout time.Duration, limit, capacity int, grace time.Duration, logger *slog.Logger, observer Observer) *hookRunner {
+	r := &hookRunner{hooks: hooks, timeout: timeout, limit: limit, capacity: capacity, grace: grace, logger: logger, observer: observer}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
 }
 
-// add queues the hooks of e, which this Service just resolved.
+// add queues the hooks of e, which this Service just resolved; those that
+// do not fit are dropped and reported.
 func (r *hookRunner) add(ctx context.Context, e store.Entry) {
 	if len(r.hooks) == 0 {
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopped {
+	if r.closed {
+		r.mu.Unlock()
+		r.drop(len(r.hooks), e, fmt.Errorf("%w: the Service is stopped", ErrHookDropped))
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
+	queued := 0
 	for _, h := range r.hooks {
-		r.queue = append(r.queue, hookTask{ctx: ctx, h: h, e: e})
+		if len(r.queue) < r.capacity {
+			r.queue = append(r.queue, hookTask{ctx: ctx, h: h, e: e})
+			queued++
+		}
 	}
 	for r.workers < r.limit && r.workers < len(r.queue) {
 		r.workers++
 		r.wg.Go(r.work)
+	}
+	dropped := len(r.hooks) - queued
+	newlyFull := dropped > 0 && !r.full
+	r.full = dropped > 0
+	r.mu.Unlock()
+	if newlyFull {
+		r.logger.Warn("cleanup: hook queue full; dropping the hooks of resolved entries until it drains",
+			slog.Int("hook_queue", r.capacity))
+	}
+	r.drop(dropped, e, fmt.Errorf("%w: the queue is full (HookQueue %d)", ErrHookDropped, r.capacity))
+}
+
+// drop reports n hooks of e that will not run.
+func (r *hookRunner) drop(n int, e store.Entry, err error) {
+	for range n {
+		r.logger.Debug("cleanup: hook dropped", slog.String("stream", e.Stream), slog.Int64("number", e.Number), slog.Any("error", err))
+		if r.observer != nil {
+			r.observer.HookFailed(e, err)
+		}
 	}
 }
 
@@ -92,18 +130,36 @@ func (r *hookRunner) run(t hookTask) {
 	}
 }
 
-// stop cancels the running hooks, waits for them, and drops the queue.
+// stop queues nothing more and lets the queued and running hooks finish
+// for up to the grace period; then it cancels those still running, waits
+// for them, and drops and reports those still queued.
 func (r *hookRunner) stop() {
 	r.mu.Lock()
-	r.stopped = true
-	r.cancel()
+	r.closed = true
 	r.mu.Unlock()
-	r.wg.Wait()
+	drained := make(chan struct{})
+	go func() { // ends once the workers have, which the cancel below ensures
+		r.wg.Wait()
+		close(drained)
+	}()
+	t := time.NewTimer(r.grace)
+	select {
+	case <-drained:
+	case <-t.C:
+	}
+	t.Stop()
 	r.mu.Lock()
-	dropped := len(r.queue)
+	r.stopped = true
+	left := r.queue
 	r.queue = nil
 	r.mu.Unlock()
-	if dropped > 0 {
-		r.logger.Warn("cleanup: stopped with hooks not run", slog.Int("hooks", dropped))
+	r.cancel()
+	<-drained
+	if len(left) > 0 {
+		r.logger.Warn("cleanup: stopped with hooks not run: the grace period ended", slog.Int("hooks", len(left)),
+			slog.Duration("hook_grace", r.grace))
+	}
+	for _, t := range left {
+		r.drop(1, t.e, fmt.Errorf("%w: Stop's grace period (HookGrace %v) ended first", ErrHookDropped, r.grace))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -108,7 +109,7 @@ func TestHooksBounded(t *testing.T) {
 	require.Equal(t, int64(2), most.Load())
 }
 
-// TestStopCancelsHooks: Stop cancels a hook that would outlive it, and
+// TestStopCancelsHooks: Stop cancels a hook that outlives HookGrace, and
 // waits for it; failures and timeouts are reported.
 func TestStopCancelsHooks(t *testing.T) {
 	t.Parallel()
@@ -120,6 +121,7 @@ func TestStopCancelsHooks(t *testing.T) {
 	sv, err := cleanup.New(s, &cleanup.Config{
 		Observer:    rec,
 		HookTimeout: time.Hour,
+		HookGrace:   10 * time.Millisecond,
 		Hooks: []cleanup.HookFunc{
 			func(context.Context, store.Entry) error { quick.Store(true); return errors.New("temp file gone") },
 			func(ctx context.Context, _ store.Entry) error {
@@ -134,7 +136,7 @@ func TestStopCancelsHooks(t *testing.T) {
 	require.NoError(t, err)
 	<-started
 	require.Eventually(t, quick.Load, 10*time.Second, time.Millisecond)
-	sv.Stop() // would wait an hour if it did not cancel the hook
+	sv.Stop() // would wait an hour if it did not cancel the hook after the grace
 	require.Len(t, rec.hookErrs, 2)
 	require.True(t, slices.ContainsFunc(rec.hookErrs, func(err error) bool { return errors.Is(err, context.Canceled) }))
 
@@ -153,4 +155,139 @@ func TestStopCancelsHooks(t *testing.T) {
 		return len(rec.hookErrs) == 1 && errors.Is(rec.hookErrs[0], context.DeadlineExceeded)
 	}, 10*time.Second, time.Millisecond)
 	sv.Stop()
+}
+
+// TestStopDrainsQueuedHooks: Stop lets the hooks of entries already
+// resolved run, the queued ones too, before it returns; it cancels nothing
+// that finishes within HookGrace.
+func TestStopDrainsQueuedHooks(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New(nil)
+		release := make(chan struct{})
+		var ran atomic.Int64
+		hook := func(ctx context.Context, e store.Entry) error {
+			if e.Number == 1 {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			ran.Add(1)
+			return nil
+		}
+		rec := &recorder{}
+		sv, err := cleanup.New(s, &cleanup.Config{
+			Hooks: []cleanup.HookFunc{hook}, HookConcurrency: 1, HookGrace: time.Minute,
+			Observer: rec, Elector: cleanup.NewLocalElector(),
+		})
+		require.NoError(t, err)
+		leaseExpired(t, s, "q", 5)
+		_, err = sv.RunOnce(context.Background())
+		require.NoError(t, err)
+		synctest.Wait() // 1's hook runs, the other four wait in the queue
+		stopped := make(chan struct{})
+		go func() {
+			sv.Stop()
+			close(stopped)
+		}()
+		synctest.Wait()
+		select {
+		case <-stopped:
+			t.Fatal("Stop returned while hooks were queued and running")
+		default:
+		}
+		close(release)
+		<-stopped
+		require.Equal(t, int64(5), ran.Load(), "every hook ran")
+		require.Empty(t, rec.hookErrs)
+	})
+}
+
+// TestStopGraceDropsHooks: after HookGrace, Stop cancels the hooks still
+// running and drops those still queued; both are reported, the dropped
+// ones with ErrHookDropped. Stop takes the grace period, no longer.
+func TestStopGraceDropsHooks(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New(nil)
+		rec := &recorder{}
+		const grace = time.Minute
+		sv, err := cleanup.New(s, &cleanup.Config{
+			Hooks:       []cleanup.HookFunc{func(ctx context.Context, _ store.Entry) error { <-ctx.Done(); return ctx.Err() }},
+			HookTimeout: time.Hour, HookConcurrency: 1, HookGrace: grace,
+			Observer: rec, Elector: cleanup.NewLocalElector(),
+		})
+		require.NoError(t, err)
+		leaseExpired(t, s, "g", 3)
+		_, err = sv.RunOnce(context.Background())
+		require.NoError(t, err)
+		synctest.Wait()
+		start := time.Now()
+		sv.Stop()
+		require.Equal(t, grace, time.Since(start))
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		require.Len(t, rec.hookErrs, 3)
+		var cancelled, dropped int
+		for _, err := range rec.hookErrs {
+			switch {
+			case errors.Is(err, context.Canceled):
+				cancelled++
+			case errors.Is(err, cleanup.ErrHookDropped):
+				dropped++
+			}
+		}
+		require.Equal(t, 1, cancelled, "the running hook is cancelled")
+		require.Equal(t, 2, dropped, "the queued ones are dropped")
+	})
+}
+
+// TestHookQueueBounded: beyond HookQueue waiting hooks, the hooks of
+// further resolved entries are dropped and reported with ErrHookDropped,
+// as are those of entries resolved after Stop; the queued ones still run.
+func TestHookQueueBounded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New(nil)
+		release := make(chan struct{})
+		var ran atomic.Int64
+		rec := &recorder{}
+		sv, err := cleanup.New(s, &cleanup.Config{
+			Hooks: []cleanup.HookFunc{func(context.Context, store.Entry) error {
+				<-release
+				ran.Add(1)
+				return nil
+			}},
+			HookConcurrency: 1, HookQueue: 2, Observer: rec, Elector: cleanup.NewLocalElector(),
+		})
+		require.NoError(t, err)
+		leaseExpired(t, s, "b", 1)
+		_, err = sv.RunOnce(context.Background())
+		require.NoError(t, err)
+		synctest.Wait() // the one worker runs 1's hook: the queue is empty
+		leaseExpired(t, s, "b", 4)
+		_, err = sv.RunOnce(context.Background())
+		require.NoError(t, err)
+		dropped := func() int {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			n := 0
+			for _, err := range rec.hookErrs {
+				require.ErrorIs(t, err, cleanup.ErrHookDropped)
+				n++
+			}
+			return n
+		}
+		require.Equal(t, 2, dropped(), "2 queued, 2 dropped")
+		close(release)
+		sv.Stop()
+		require.Equal(t, int64(3), ran.Load())
+
+		leaseExpired(t, s, "b", 1)
+		_, err = sv.RunOnce(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, 3, dropped(), "resolved after Stop: its hook is dropped")
+	})
 }

@@ -272,7 +272,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.cycleDuration = histogram(NameCleanupCycleDuration, "Duration of cleanup cycles, by result (ok, error).", cycleBuckets)
 	m.cycleExpired = gauge(NameCleanupCycleExpired, "{lease}", "Expired leases the last full cleanup scan found (re-runs of some streams do not count).")
 	m.cascadeActive = gauge(NameCleanupCascadeActive, "{mode}", "1 while the cleanup loop is in cascade mode (a mass expiry), else 0.")
-	m.hookFailures = counter(NameCleanupHookFailures, "{failure}", "Resource-cleanup hooks that failed or timed out.")
+	m.hookFailures = counter(NameCleanupHookFailures, "{failure}", "Resource-cleanup hooks that failed, timed out, or never ran (dropped: the queue was full, or Stop's grace period ended).")
 	m.gapOpen = gauge(NameGapOpen, "{gap}", "Open (unfilled) gaps of the stream.")
 	m.gapCreated = counter(NameGapCreated, "{gap}", "Gaps created, by reason (released, expired, recovered, recovery-failed).")
 	m.gapFilled = counter(NameGapFilled, "{gap}", "Gaps filled through a fill policy, by their reason.")

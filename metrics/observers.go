@@ -183,7 +183,8 @@ func (o *CleanupObserver) Cascade(active bool) {
 	}
 }
 
-// HookFailed implements cleanup.Observer: NameCleanupHookFailures.
+// HookFailed implements cleanup.Observer: NameCleanupHookFailures, which
+// counts the hooks dropped (cleanup.ErrHookDropped) too.
 func (o *CleanupObserver) HookFailed(e store.Entry, _ error) {
 	m := o.m
 	m.hookFailures.Add(context.Background(), 1, m.opt(attrKey{shape: shapeStreamKind, stream: m.stream(e.Stream).name, kind: e.Kind}))
