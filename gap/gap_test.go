@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/gap"
 	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/store"
@@ -350,4 +351,56 @@ func TestFromEntry(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, g.Filled())
 	require.Equal(t, "released", g.Reason)
+}
+
+// TestReaderSeesAFilledGapAsCommitted: the ordered reader (barrier.Entries)
+// yields a gap as a gap until it is filled, and from then on as a committed
+// entry with the filler's payload, FilledAt and FilledBy, and its gap reason
+// kept; without IncludeGaps it now yields it among the committed entries.
+func TestReaderSeesAFilledGapAsCommitted(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, s storetest.Store) {
+		f := setup(t, s)
+		b, err := barrier.New(s, nil)
+		require.NoError(t, err)
+		require.NoError(t, b.Start(f.ctx))
+		t.Cleanup(b.Stop)
+		_, err = s.Commit(f.ctx, f.stream, 3, f.es[2].Token, &store.CommitParams{Payload: []byte("three"), Now: f.at(time.Second)})
+		require.NoError(t, err)
+		read := func(opts *barrier.ReadOpts) []store.Entry {
+			t.Helper()
+			var out []store.Entry
+			for e, err := range b.Entries(f.ctx, f.stream, opts) {
+				require.NoError(t, err)
+				out = append(out, e)
+			}
+			return out
+		}
+		before := read(&barrier.ReadOpts{IncludeGaps: true})
+		require.Len(t, before, 6)
+		require.Equal(t, store.Gap, before[5].State)
+		require.Zero(t, before[5].FilledAt)
+
+		require.NoError(t, f.g.Fill(f.ctx, f.stream, 6, []byte("replacement"),
+			&gap.FillOpts{FilledBy: "operator bob", Policy: gap.FillReasons(store.ReasonExpired)}))
+		after := read(&barrier.ReadOpts{IncludeGaps: true})
+		require.Len(t, after, 6)
+		filled := after[5]
+		require.Equal(t, int64(6), filled.Number)
+		require.Equal(t, store.Committed, filled.State)
+		require.Equal(t, []byte("replacement"), filled.Payload)
+		require.Equal(t, "operator bob", filled.FilledBy)
+		require.False(t, filled.FilledAt.IsZero())
+		require.Equal(t, store.ReasonExpired, filled.GapReason, "the gap reason is kept")
+		require.Equal(t, before[:5], after[:5], "the fill changed other entries")
+
+		var committed []int64
+		for _, e := range read(nil) {
+			committed = append(committed, e.Number)
+			if e.Number == 6 {
+				require.Equal(t, filled, e)
+			}
+		}
+		require.Equal(t, []int64{1, 3, 5, 6}, committed)
+	})
 }

@@ -544,3 +544,48 @@ func runWorkload(t *testing.T, l *sequence.Leaser, s fullStore, n int64, workers
 	}
 	return out
 }
+
+// TestCompleteDoesNotWaitForEarlierNumbers: Complete of 2 goes through while
+// 1 is still leased (an unordered commit), while the barrier and the ordered
+// reader still hold 2 back until 1 resolves; an ordered Commit of 3 waits
+// for both.
+func TestCompleteDoesNotWaitForEarlierNumbers(t *testing.T) {
+	t.Parallel()
+	for name, s := range realBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			b := startBarrier(t, s)
+			w := &countingWaiter{Waiter: b, calls: map[int64]int{}}
+			l, err := sequence.New(s, &sequence.Config{Barrier: w})
+			require.NoError(t, err)
+			xs, err := l.LeaseN(ctx, "unordered", 3, &sequence.LeaseOpts{TTL: time.Minute})
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() { done <- xs[1].Complete(ctx, []byte("two")) }()
+			require.NoError(t, receive(t, done, "Complete of 2 with 1 leased"))
+			es := readAll(t, s, "unordered")
+			require.Equal(t, store.Leased, es[0].State, "1 untouched")
+			require.Equal(t, store.Committed, es[1].State)
+			require.Equal(t, []byte("two"), es[1].Payload)
+
+			wm, err := b.Watermark(ctx, "unordered")
+			require.NoError(t, err)
+			require.Zero(t, wm, "the watermark passed the leased 1")
+			require.Empty(t, collect(t, b, "unordered", &barrier.ReadOpts{IncludeGaps: true}), "the reader passed the leased 1")
+			third := commitAsync(xs[2])
+			waitParked(t, w, 3, 1)
+			select {
+			case err := <-third:
+				t.Fatalf("Commit of 3 went through with 1 leased: %v", err)
+			default:
+			}
+
+			require.NoError(t, xs[0].Commit(ctx, []byte("one")))
+			require.NoError(t, receive(t, third, "Commit of 3"))
+			require.Equal(t, []int64{1, 2, 3}, numbersOf(collect(t, b, "unordered", nil)))
+			es = readAll(t, s, "unordered")
+			require.False(t, es[0].ResolvedAt.Before(es[1].ResolvedAt), "1 resolved before 2")
+			require.False(t, es[2].ResolvedAt.Before(es[0].ResolvedAt), "3 resolved before 1")
+		})
+	}
+}
