@@ -191,7 +191,9 @@ type Config struct {
 	// Observer is told what every cycle and every entry came to (the
 	// metrics package provides one). If it also implements StepObserver or
 	// Tracer, it is told each recovery step, and follows cycles and
-	// recoveries as they run. Optional.
+	// recoveries as they run; if it implements lease.Observer, it is told
+	// what the default elector's stream leases do (kind "cleanup").
+	// Optional.
 	Observer Observer
 }
 
@@ -380,7 +382,11 @@ func New(s Store, cfg *Config) (*Service, error) {
 	}
 	if sv.elector == nil {
 		if ls, ok := s.(lease.Store); ok {
-			m, err := lease.New(ls, &lease.Config{DisableHistory: true, Logger: logger})
+			lc := &lease.Config{DisableHistory: true, Logger: logger}
+			if o, ok := cfg.Observer.(lease.Observer); ok {
+				lc.Observer = o
+			}
+			m, err := lease.New(ls, lc)
 			if err != nil {
 				return nil, fmt.Errorf("cleanup: stream leases: %w", err)
 			}

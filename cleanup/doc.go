@@ -107,11 +107,12 @@
 //
 // Config.Observer is told what each entry and each cycle came to, when
 // cascade mode starts and ends, and which hooks failed. An Observer that
-// also implements StepObserver is told every recovery step tried, and one
-// that implements Tracer follows each cycle and each recovery with the
-// context it runs under (spans). The metrics package's CleanupObserver
-// implements all three. Config.MinStepSuccessRate feeds a recovery.RateFilter
-// from the same reports.
+// also implements StepObserver is told every recovery step tried, one that
+// implements Tracer follows each cycle and each recovery with the context
+// it runs under (spans), and one that implements lease.Observer is told
+// what the default elector's stream leases do (kind "cleanup"). The metrics
+// package's CleanupObserver implements all four. Config.MinStepSuccessRate
+// feeds a recovery.RateFilter from the same reports.
 //
 // # Lifecycle
 //

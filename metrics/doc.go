@@ -16,7 +16,7 @@
 //		Alerts:        evaluator,         // optional: *metrics.Evaluator
 //	})
 //	leaser, _ := sequence.New(st, &sequence.Config{Barrier: b, Observer: m.Leaser()})
-//	cleaner, _ := cleanup.New(st, &cleanup.Config{Observer: m.Cleanup()})
+//	cleaner, _ := cleanup.New(st, &cleanup.Config{Observer: m.Cleanup()}) // its stream leases too
 //	gaps, _ := gap.New(st, &gap.Config{Observer: m.Gaps()})
 //	// named leases: lease.Config{Observer: m.NamedLeases()}
 //

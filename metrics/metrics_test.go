@@ -226,15 +226,15 @@ func TestInstruments(t *testing.T) {
 	b.script(t)
 	nl := b.m.NamedLeases()
 	ctx := context.Background()
-	nl.Acquire(ctx, "cleanup", nil)
-	nl.Acquire(ctx, "cleanup", &store.HeldError{Name: "seqlease/cleanup/orders"})
-	nl.Acquire(ctx, "cleanup", errors.New("connection refused"))
-	nl.Renew(ctx, "cleanup", nil)
-	nl.Renew(ctx, "cleanup", nil)
-	nl.Renew(ctx, "cleanup", errors.New("timeout"))
-	nl.Lost(ctx, "cleanup", 90*time.Second)
-	nl.Released(ctx, "cleanup", 30*time.Second)
-	defer nl.Held("cleanup")()
+	nl.Acquire(ctx, "leader", nil)
+	nl.Acquire(ctx, "leader", &store.HeldError{Name: "app/leader"})
+	nl.Acquire(ctx, "leader", errors.New("connection refused"))
+	nl.Renew(ctx, "leader", nil)
+	nl.Renew(ctx, "leader", nil)
+	nl.Renew(ctx, "leader", errors.New("timeout"))
+	nl.Lost(ctx, "leader", 90*time.Second)
+	nl.Released(ctx, "leader", 30*time.Second)
+	defer nl.Held("leader")()
 
 	got := b.collect(t)
 
@@ -298,17 +298,18 @@ func TestInstruments(t *testing.T) {
 	}, sums(metrics.NameGapCreated))
 	require.Equal(t, map[string]int64{"kind=invoice,reason=released,stream=orders": 1}, sums(metrics.NameGapFilled))
 	require.Equal(t, map[string]int64{
-		"kind=cleanup,result=acquired": 1, "kind=cleanup,result=held": 1, "kind=cleanup,result=error": 1,
+		"kind=leader,result=acquired": 1, "kind=leader,result=held": 1, "kind=leader,result=error": 1,
+		"kind=cleanup,result=acquired": 1, // the cleaner's own stream lease (seqlease/cleanup/orders)
 	}, sums(metrics.NameNamedLeaseAcquisitions))
-	require.Equal(t, map[string]int64{"kind=cleanup,result=ok": 2, "kind=cleanup,result=error": 1}, sums(metrics.NameNamedLeaseRenewals))
-	require.Equal(t, map[string]int64{"kind=cleanup": 1}, sums(metrics.NameNamedLeaseLosses))
+	require.Equal(t, map[string]int64{"kind=leader,result=ok": 2, "kind=leader,result=error": 1}, sums(metrics.NameNamedLeaseRenewals))
+	require.Equal(t, map[string]int64{"kind=leader": 1}, sums(metrics.NameNamedLeaseLosses))
 
 	// Gauges.
 	require.Equal(t, map[string]int64{"stream=orders": 1}, sums(metrics.NameWatermarkLag), "leased 7, watermark 6")
 	require.Equal(t, map[string]int64{"stream=orders": 2}, sums(metrics.NameGapOpen), "4 (recovered) and 5 (expired); 3 was filled")
 	require.Equal(t, map[string]int64{"": 2}, sums(metrics.NameCleanupCycleExpired))
 	require.Equal(t, map[string]int64{"": 0}, sums(metrics.NameCleanupCascadeActive))
-	require.Equal(t, map[string]int64{"kind=cleanup": 0}, sums(metrics.NameNamedLeaseLongHeld), "held, but not for an hour")
+	require.Equal(t, map[string]int64{"kind=leader": 0, "kind=cleanup": 0}, sums(metrics.NameNamedLeaseLongHeld), "held, but not for an hour")
 	require.Equal(t, map[string]int64{
 		"alert=ExpirationRate,level=warning":      1, // 2 of 6
 		"alert=MassExpiry,level=critical":         0,
@@ -330,8 +331,9 @@ func TestInstruments(t *testing.T) {
 	cycles := histogram(t, got[metrics.NameCleanupCycleDuration])
 	require.Equal(t, uint64(1), cycles["result=ok"].Count)
 	hold := histogram(t, got[metrics.NameNamedLeaseHoldDuration])
-	require.Equal(t, 90.0, hold["kind=cleanup,result=lost"].Sum)
-	require.Equal(t, 30.0, hold["kind=cleanup,result=released"].Sum)
+	require.Equal(t, 90.0, hold["kind=leader,result=lost"].Sum)
+	require.Equal(t, 30.0, hold["kind=leader,result=released"].Sum)
+	require.Equal(t, uint64(1), hold["kind=cleanup,result=released"].Count, "the cleaner released its stream lease after the walk")
 
 	// One instrument in full, with the SDK's own assertion.
 	metricdatatest.AssertEqual(t, metricdata.Metrics{

@@ -13,6 +13,7 @@ import (
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/cleanup"
 	"github.com/seqlease/seqlease/gap"
+	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
@@ -37,6 +38,8 @@ var (
 	_ cleanup.Observer     = (*CleanupObserver)(nil)
 	_ cleanup.StepObserver = (*CleanupObserver)(nil)
 	_ cleanup.Tracer       = (*CleanupObserver)(nil)
+	_ lease.Observer       = (*CleanupObserver)(nil)
+	_ lease.Observer       = (*NamedLeaseObserver)(nil)
 	_ gap.Observer         = (*GapObserver)(nil)
 	_ WatermarkSource      = (*barrier.Barrier)(nil)
 )
@@ -113,10 +116,38 @@ func (o *LeaserObserver) Extended(ctx context.Context, stream, kind string, err 
 
 // CleanupObserver records what the cleanup loop does: expired leases by
 // outcome, overruns, recovery attempts, cycles, cascade mode, hook
-// failures, and the cycle and recovery spans. Pass it as
-// cleanup.Config.Observer; it implements cleanup.StepObserver and
-// cleanup.Tracer too.
+// failures, the cycle and recovery spans, and the loop's own stream leases
+// (named leases of kind "cleanup"). Pass it as cleanup.Config.Observer; it
+// implements cleanup.StepObserver, cleanup.Tracer and lease.Observer too.
 type CleanupObserver struct{ m *Metrics }
+
+// Acquire implements lease.Observer for the cleanup loop's stream leases,
+// as NamedLeaseObserver.Acquire.
+func (o *CleanupObserver) Acquire(ctx context.Context, kind string, err error) {
+	o.m.namedLeases.Acquire(ctx, kind, err)
+}
+
+// Renew implements lease.Observer for the cleanup loop's stream leases, as
+// NamedLeaseObserver.Renew.
+func (o *CleanupObserver) Renew(ctx context.Context, kind string, err error) {
+	o.m.namedLeases.Renew(ctx, kind, err)
+}
+
+// Lost implements lease.Observer for the cleanup loop's stream leases, as
+// NamedLeaseObserver.Lost.
+func (o *CleanupObserver) Lost(ctx context.Context, kind string, held time.Duration) {
+	o.m.namedLeases.Lost(ctx, kind, held)
+}
+
+// Released implements lease.Observer for the cleanup loop's stream leases,
+// as NamedLeaseObserver.Released.
+func (o *CleanupObserver) Released(ctx context.Context, kind string, held time.Duration) {
+	o.m.namedLeases.Released(ctx, kind, held)
+}
+
+// Held implements lease.Observer for the cleanup loop's stream leases, as
+// NamedLeaseObserver.Held.
+func (o *CleanupObserver) Held(kind string) (end func()) { return o.m.namedLeases.Held(kind) }
 
 // Handled implements cleanup.Observer. A resolved entry counts once in
 // NameLeaseExpired (method: the step that resolved it) and
