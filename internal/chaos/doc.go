@@ -42,6 +42,13 @@
 // (I8, CheckLeaseHistory: no grant before the previous holding ended, fences
 // increasing, renewals only while held).
 //
+// The fault tests check after every fault, while the load goes on, that the
+// pipeline made progress and then that Audit finds nothing, with
+// WorkerConfig.ResolveBound as the bound of MaxUnresolved: the workers'
+// stream-lease TTL, cleanup interval with its jitter and backoff cap, and
+// CycleAllowance for the cycle that resolves the lease. At the end they
+// stop the workers, Drain and Verify.
+//
 // # The faults
 //
 //	kill -9           Proc.Kill at random moments; WorkerConfig.Die makes a
@@ -62,7 +69,8 @@
 // # The soak
 //
 // TestSoak runs for the duration SEQLEASE_SOAK names (e.g. 10m), as `make
-// soak` sets it, and for 15 s in `make test`: worker processes under all the faults above but the
-// restart and the proxy, at random, with audits every 30 s, then a report of
-// the verdict and the load held.
+// soak` sets it, and for 15 s in `make test`: worker processes under all
+// the faults above but the restart and the proxy, at random, with audits
+// and progress checks every 30 s (every third of the run if it is shorter),
+// then a report of the verdict and the load held.
 package chaos

@@ -354,7 +354,8 @@ func (h *Harness) Procs() int {
 	return len(h.procs)
 }
 
-// Stats sums the workers' last reported counts.
+// Stats sums the workers' last reported counts (LongestCycle is the
+// longest of theirs).
 func (h *Harness) Stats() WorkerStats {
 	h.mu.Lock()
 	procs := slices.Clone(h.procs)
@@ -375,12 +376,20 @@ func (h *Harness) Stats() WorkerStats {
 		t.SingletonHeld += s.SingletonHeld
 		t.FencedWrites += s.FencedWrites
 		t.FenceRefused += s.FenceRefused
+		t.LongestCycle = max(t.LongestCycle, s.LongestCycle)
 	}
 	return t
 }
 
 // Acks returns how many commits the workers acknowledged.
 func (h *Harness) Acks() int64 { return h.nAcks.Load() }
+
+// AcksOf returns how many commits of stream the workers acknowledged.
+func (h *Harness) AcksOf(stream string) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return int64(len(h.acks[stream]))
+}
 
 // WaitAcks waits until the workers acknowledged at least n commits.
 func (h *Harness) WaitAcks(ctx context.Context, n int64) error {

@@ -11,14 +11,15 @@ import (
 	"github.com/seqlease/seqlease/migrations"
 )
 
-// TestPostgresRestart restarts PostgreSQL under worker processes that
-// lease, work, commit, clean and campaign for a named lease: a clean
-// restart (fast shutdown), a crash restart (immediate shutdown, WAL
+// TestPostgresRestart restarts PostgreSQL under worker processes that lease,
+// work, commit (on two streams), clean and campaign for a named lease: a
+// clean restart (fast shutdown), a crash restart (immediate shutdown, WAL
 // recovery), and a crash with the server down for 3 s, past every lease's
-// TTL. The server is a throwaway cluster the test owns (default
-// durability: every acknowledged commit must survive the crash). After each
-// restart the pipeline must go on; at the end the ledger, the side rows,
-// the fenced writes and the named-lease history must be clean.
+// TTL. The server is a throwaway cluster the test owns (default durability:
+// every acknowledged commit must survive the crash). After each restart the
+// pipeline must go on and the audit of the load find nothing wrong
+// (afterFault); at the end the ledger, the side rows, the fenced writes and
+// the named-lease history must be clean.
 func TestPostgresRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -34,7 +35,7 @@ func TestPostgresRestart(t *testing.T) {
 	pool.Close()
 	require.NoError(t, err)
 
-	h, err := chaos.NewHarness(ctx, c.URL(), schema, []string{"restart"})
+	h, err := chaos.NewHarness(ctx, c.URL(), schema, []string{"restart-a", "restart-b"})
 	require.NoError(t, err)
 	t.Cleanup(h.Close) // before the cluster goes
 	require.NoError(t, h.Follow(ctx))
@@ -52,11 +53,12 @@ func TestPostgresRestart(t *testing.T) {
 		{"immediate", 0, "PostgreSQL crash and restart (immediate shutdown)"},
 		{"immediate", 3 * time.Second, "PostgreSQL crash, down 3 s (past every TTL)"},
 	} {
+		stopped := time.Now()
 		require.NoError(t, c.Stop(ctx, r.mode))
 		time.Sleep(r.down)
 		require.NoError(t, c.Start(ctx))
 		h.Fault(r.kind)
-		progress(t, h, 20)
+		afterFault(t, h, r.kind, 20, time.Since(stopped))
 	}
-	finish(t, h)
+	finish(t, h, 5)
 }

@@ -12,16 +12,16 @@ import (
 )
 
 // TestTerminateBackends ends the library's connections with
-// pg_terminate_backend while worker processes lease, work, commit, clean
-// and campaign for a named lease, and a reader follows the stream: every
-// connection at once, only the LISTEN connections (the barrier's, the
+// pg_terminate_backend while worker processes lease, work, commit, clean and
+// campaign for a named lease on two streams, and a reader follows them:
+// every connection at once, only the LISTEN connections (the barrier's, the
 // named-lease watch's), and only those in the middle of a statement or a
-// transaction. After each, every listener must be back and the pipeline
-// must go on; at the end the ledger, the side rows, the fenced writes and
-// the named-lease history (I8: the cleanup's stream leases, the singleton)
-// must be clean.
+// transaction. After each, every listener must be back, the pipeline must go
+// on and the audit of the load find nothing wrong (afterFault); at the end
+// the ledger, the side rows, the fenced writes and the named-lease history
+// (I8: the cleanup's stream leases, the singleton) must be clean.
 func TestTerminateBackends(t *testing.T) {
-	h := newHarness(t, "terminate")
+	h := newHarness(t, "terminate-a", "terminate-b")
 	require.NoError(t, h.Follow(t.Context()))
 	for range 3 {
 		spawn(t, h, load())
@@ -51,9 +51,9 @@ func TestTerminateBackends(t *testing.T) {
 		}
 		h.Fault("pg_terminate_backend: " + target)
 		waitListeners(ctx, t, h, want)
-		progress(t, h, 10)
+		afterFault(t, h, "pg_terminate_backend: "+target, 10, 0)
 	}
-	v := finish(t, h)
+	v := finish(t, h, 5)
 	require.Positive(t, v.LeaseEvents)
 	require.Positive(t, v.FencedWrites)
 }

@@ -124,7 +124,8 @@ type WorkerStats struct {
 	Unknown                          int64 // commits whose outcome stayed unknown after every retry
 	LeaseErrors, CommitErrors        int64 // failed calls (a connection lost, the database down)
 	SingletonHeld, FencedWrites      int64
-	FenceRefused                     int64 // fenced writes refused: the singleton had moved on
+	FenceRefused                     int64         // fenced writes refused: the singleton had moved on
+	LongestCycle                     time.Duration // the longest cleanup cycle that ended
 }
 
 // statsInterval is how often a worker reports its counts.
@@ -136,6 +137,37 @@ const maxCommitAttempts = 30
 // commitTimeout bounds one commit attempt (the wait for earlier numbers
 // included).
 const commitTimeout = 30 * time.Second
+
+// cleanupMaxBackoff caps a worker's cleanup pause after a failed cycle.
+const cleanupMaxBackoff = 500 * time.Millisecond
+
+// CycleAllowance is the time ResolveBound allows for the cleanup cycle that
+// resolves a lease. A worker's cycle lists the expired leases, takes the
+// stream's lease and resolves them, a statement or two each (the Retry step
+// reads the results table, then moves the work): 15-60 ms under -race on a
+// loaded 2-core machine (WorkerStats.LongestCycle, in the fault tests'
+// summaries). A cycle whose write waits on the row lock of a holder stopped
+// inside its commit's transaction lasts as long as the stop, but that
+// number is not left unresolved: the holder's commit was decided, and
+// stands when it goes on. 5 s leaves room for a machine several times
+// slower, or for a cycle whose first statement waits for a connection
+// re-established after a fault.
+const CycleAllowance = 5 * time.Second
+
+// ResolveBound returns how long past its expiry, by the database clock, a
+// sequence lease of workers configured as c may stay unresolved while some
+// of them run (I6: within TTL + cleanup interval + one cycle; the TTL is
+// already behind the expiry). The cleaner of the lease's stream may be a
+// worker that was just killed or stopped, whose stream lease must lapse
+// first (ElectorTTL: its last renewal may have come just before the fault);
+// then the next cycle of a live worker starts within Interval plus its
+// 10% jitter, or, if its last cycle failed (a connection ended under it),
+// after at most cleanupMaxBackoff; and that cycle takes at most
+// CycleAllowance.
+func (c WorkerConfig) ResolveBound() time.Duration {
+	c.defaults()
+	return c.ElectorTTL + c.Interval + c.Interval/10 + cleanupMaxBackoff + CycleAllowance
+}
 
 // Tables of the workers, in the test schema.
 func resultsTable(schema string) string { return pgx.Identifier{schema, "chaos_results"}.Sanitize() }
@@ -205,6 +237,7 @@ type worker struct {
 	stats struct {
 		leased, acked, ackedTx, released, refused, retried, retriedCommitted, unknown atomic.Int64
 		leaseErrors, commitErrors, singletonHeld, fencedWrites, fenceRefused          atomic.Int64
+		longestCycle                                                                  atomic.Int64 // nanoseconds
 	}
 	ops     atomic.Int64
 	diePh   string
@@ -321,12 +354,13 @@ func (w *worker) start(ctx context.Context) (stop func(), err error) {
 	}
 	w.cleaner, err = cleanup.New(w.store, &cleanup.Config{
 		Interval:            cfg.Interval,
-		MaxBackoff:          500 * time.Millisecond,
+		MaxBackoff:          cleanupMaxBackoff,
 		Probe:               lowLoad,
 		OperationTracker:    resultTracker(w.pool, cfg.Schema),
 		MaxRecoveryAttempts: 1 << 20, // never give recoverable work up here
 		Elector:             elector,
 		Barrier:             w.barrier,
+		Observer:            cycleTimer{&w.stats.longestCycle},
 		Booster:             w.leaser,
 		QueryTimeout:        10 * time.Second,
 		Owner:               cfg.Owner + "/cleanup",
@@ -565,8 +599,25 @@ func (w *worker) snapshot() WorkerStats {
 		Refused: s.refused.Load(), Retried: s.retried.Load(), RetriedCommitted: s.retriedCommitted.Load(), Unknown: s.unknown.Load(),
 		LeaseErrors: s.leaseErrors.Load(), CommitErrors: s.commitErrors.Load(),
 		SingletonHeld: s.singletonHeld.Load(), FencedWrites: s.fencedWrites.Load(), FenceRefused: s.fenceRefused.Load(),
+		LongestCycle: time.Duration(s.longestCycle.Load()),
 	}
 }
+
+// cycleTimer is a cleanup.Observer that keeps the longest cycle.
+type cycleTimer struct{ longest *atomic.Int64 }
+
+func (c cycleTimer) Cycle(r cleanup.CycleResult, _ error) {
+	for d := int64(r.Duration); ; {
+		old := c.longest.Load()
+		if d <= old || c.longest.CompareAndSwap(old, d) {
+			return
+		}
+	}
+}
+
+func (cycleTimer) Handled(store.Entry, time.Time, recovery.Result, error) {}
+func (cycleTimer) Cascade(bool)                                           {}
+func (cycleTimer) HookFailed(store.Entry, error)                          {}
 
 func (w *worker) report() {
 	b, _ := json.Marshal(w.snapshot())
