@@ -25,8 +25,12 @@ const shortSoak = 15 * time.Second
 
 // Soak settings.
 const (
-	soakSlots      = 4                // worker processes running at a time
-	soakCheckEvery = 30 * time.Second // mid-run audit and progress check
+	soakSlots = 4 // worker processes running at a time
+	// soakCheckEvery is the longest period of the mid-run audit and
+	// progress check; a soak shorter than three periods checks every third
+	// of its duration (checkPeriod), so that even the short run of make
+	// test audits at least twice while the load runs.
+	soakCheckEvery = 30 * time.Second
 	// soakMaxUnresolved bounds, in the mid-run audits, how long past its
 	// expiry a lease may stay unresolved: the cleaner's stream lease may
 	// have to expire (1 s) and a cycle run, several times over if faults
@@ -34,10 +38,14 @@ const (
 	soakMaxUnresolved = 20 * time.Second
 )
 
+// checkPeriod is the period of the soak's mid-run checks for a soak of
+// dur: soakCheckEvery, or a third of dur if that is shorter.
+func checkPeriod(dur time.Duration) time.Duration { return min(soakCheckEvery, dur/3) }
+
 // TestSoak runs multi-process load with faults for $SEQLEASE_SOAK against
 // the test database, then prints the auditor's verdict and the load held;
-// it fails on any violation. Without SEQLEASE_SOAK it is skipped (make test
-// does not run it).
+// it fails on any violation. Without SEQLEASE_SOAK it runs for shortSoak
+// (make test runs it so; make soak sets SEQLEASE_SOAK).
 //
 // Four worker processes at a time (four goroutines each, 1 s leases kept
 // alive, half the commits through CommitTx, 30% of the results recorded for
@@ -47,9 +55,11 @@ const (
 // kill -9 of one worker at a random moment, or at an exact point of an
 // operation, or of every worker; pg_terminate_backend of every connection,
 // of the listeners or of the busy ones; SIGSTOP of a worker for 1.5-3 s,
-// past its leases' TTL, then SIGCONT. Every 30 s the streams are audited
-// (I1, I2, I4, I5, I6 with no lease unresolved 20 s past its expiry, the
-// fenced writes and I8) and the pipeline must have progressed.
+// past its leases' TTL, then SIGCONT. Every 30 s (every third of the run if
+// it is shorter than 90 s) the streams are audited (I1, I2, I4, I5, I6 with
+// no lease unresolved 20 s past its expiry, the fenced writes and I8) and
+// the pipeline must have progressed; a run of at least 15 s must hold at
+// least two such checks.
 func TestSoak(t *testing.T) {
 	dur := shortSoak
 	if d := os.Getenv(EnvSoak); d != "" {
@@ -85,10 +95,11 @@ func TestSoak(t *testing.T) {
 		start(i, config())
 	}
 
+	period := checkPeriod(dur)
 	began := time.Now()
 	end := began.Add(dur)
-	nextCheck := began.Add(soakCheckEvery)
-	lastAcks := int64(0)
+	nextCheck := began.Add(period)
+	lastAcks, lastCheck := int64(0), began
 	audits := 0
 	var violations []string
 	ctx := t.Context()
@@ -139,7 +150,10 @@ func TestSoak(t *testing.T) {
 			}
 		}
 		if now := time.Now(); now.After(nextCheck) {
-			nextCheck = now.Add(soakCheckEvery)
+			// On a fixed schedule: a check delayed by a long fault (a
+			// sleep and a pause take up to 6 s) does not push the next one
+			// back, so a run of 3 periods of at least 5 s checks twice.
+			nextCheck = nextCheck.Add(period)
 			acks := h.Acks()
 			v, err := h.Audit(ctx, soakMaxUnresolved)
 			switch {
@@ -153,11 +167,14 @@ func TestSoak(t *testing.T) {
 				violations = append(violations, fmt.Sprintf("no progress: no commit acknowledged in the check before %v", now.Sub(began).Round(time.Second)))
 			}
 			say("%v: %d commits acknowledged (%.0f/s in the last check), %d processes, %d faults, %d violations",
-				now.Sub(began).Round(time.Second), acks, float64(acks-lastAcks)/soakCheckEvery.Seconds(), h.Procs(), total(h.Faults()), len(violations))
-			lastAcks = acks
+				now.Sub(began).Round(time.Second), acks, float64(acks-lastAcks)/now.Sub(lastCheck).Seconds(), h.Procs(), total(h.Faults()), len(violations))
+			lastAcks, lastCheck = acks, now
 		}
 	}
 	loadTime := time.Since(began)
+	if dur >= shortSoak && audits < 2 {
+		violations = append(violations, fmt.Sprintf("only %d mid-run audits in %v (every %v): want at least 2", audits, loadTime.Round(time.Second), period))
+	}
 
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -182,7 +199,7 @@ func TestSoak(t *testing.T) {
 			checks = append(checks, r.Stream+": "+strings.Join(r.Checks, ", "))
 		}
 		say("verdict: no violation (%s; CommitTx side rows; fenced writes; I8 on %d named-lease events; %d mid-run audits, every %v)",
-			strings.Join(checks, "; "), v.LeaseEvents, audits, soakCheckEvery)
+			strings.Join(checks, "; "), v.LeaseEvents, audits, period)
 		return
 	}
 	say("verdict: %d violations", len(violations))
