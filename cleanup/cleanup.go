@@ -429,8 +429,10 @@ func (sv *Service) Start(ctx context.Context) error {
 
 // Stop stops the loop, lets the hooks of the entries already resolved run
 // for up to HookGrace, cancels those still running and drops the rest, and
-// waits for every goroutine it started; it releases the stream leases it
-// holds. It is safe before Start and twice.
+// waits for every goroutine it started. It releases the stream lease it
+// holds (a cycle holds one at a time), within one QueryTimeout when the
+// store does not answer; the default elector's Manager then gives up the
+// rest within its release timeout. It is safe before Start and twice.
 func (sv *Service) Stop() {
 	sv.lifeMu.Lock()
 	sv.stopped = true

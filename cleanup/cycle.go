@@ -106,6 +106,11 @@ func (c *cycle) scanStream(ctx context.Context, only string) error {
 			}
 			return fmt.Errorf("cleanup: list expired: %w", err)
 		}
+		for stream := range c.leads {
+			if len(window) == 0 || stream != window[0].Stream {
+				c.release(stream) // its walk ended with the last window
+			}
+		}
 		seenAt := c.dbNow(ctx)
 		c.res.Expired += len(window)
 		if !c.cascade && c.res.Expired > sv.cascade.threshold {
@@ -213,29 +218,39 @@ func (c *cycle) lead(ctx context.Context, stream string) (Leadership, bool) {
 	return l, true
 }
 
-// release gives up the leadership of stream, if this cycle holds it.
+// release gives up the leadership of stream, if this cycle holds it,
+// within the query timeout.
 func (c *cycle) release(stream string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.sv.qTimeout)
+	defer cancel()
+	c.releaseWithin(ctx, stream)
+}
+
+// releaseWithin gives up the leadership of stream, if this cycle holds it,
+// before ctx ends.
+func (c *cycle) releaseWithin(ctx context.Context, stream string) {
 	l, ok := c.leads[stream]
 	if !ok {
 		return
 	}
 	delete(c.leads, stream)
-	ctx, cancel := context.WithTimeout(context.Background(), c.sv.qTimeout)
-	defer cancel()
 	if err := l.Release(ctx); err != nil {
 		c.sv.logger.Warn("cleanup: release the lead of a stream", slog.String("stream", stream), slog.Any("error", err))
 	}
 }
 
-// finish ends the cycle: it releases the leaderships, leaves cascade mode
-// and forgets what no longer applies: the deferrals and failure counts of
-// streams the cycle scanned to the end and found otherwise (for a full
-// scan that completed, of every stream).
+// finish ends the cycle: it releases the leaderships (within one query
+// timeout in all, so that a Stop while the store is down does not wait one
+// per lead), leaves cascade mode and forgets what no longer applies: the
+// deferrals and failure counts of streams the cycle scanned to the end and
+// found otherwise (for a full scan that completed, of every stream).
 func (c *cycle) finish(ctx context.Context, scanned []string, complete bool, err error) {
 	sv := c.sv
+	rctx, cancel := context.WithTimeout(context.Background(), sv.qTimeout)
 	for stream := range c.leads {
-		c.release(stream)
+		c.releaseWithin(rctx, stream)
 	}
+	cancel()
 	if c.cascade {
 		c.leaveCascade(ctx, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -176,4 +177,112 @@ func TestLostLeadStopsTheWalk(t *testing.T) {
 	for _, e := range es[1:4] {
 		require.Equal(t, store.Leased, e.State, "%d", e.Number)
 	}
+}
+
+// countingElector is a LocalElector that counts the leaderships held at
+// once.
+type countingElector struct {
+	*cleanup.LocalElector
+	mu         sync.Mutex
+	held, most int
+}
+
+func (e *countingElector) Lead(ctx context.Context, stream string) (cleanup.Leadership, bool, error) {
+	l, ok, err := e.LocalElector.Lead(ctx, stream)
+	if ok {
+		e.mu.Lock()
+		e.held++
+		e.most = max(e.most, e.held)
+		e.mu.Unlock()
+		l = &countedLeadership{Leadership: l, e: e}
+	}
+	return l, ok, err
+}
+
+type countedLeadership struct {
+	cleanup.Leadership
+	e *countingElector
+}
+
+func (l *countedLeadership) Release(ctx context.Context) error {
+	l.e.mu.Lock()
+	l.e.held--
+	l.e.mu.Unlock()
+	return l.Leadership.Release(ctx)
+}
+
+// TestStreamLeadReleasedWhenWalked: a stream's lead is released as soon as
+// its walk is over, also when its entries end exactly with a listing
+// window, so a cycle holds one stream lease at a time (and Stop has at most
+// one to release).
+func TestStreamLeadReleasedWhenWalked(t *testing.T) {
+	t.Parallel()
+	s := memory.New(nil)
+	el := &countingElector{LocalElector: cleanup.NewLocalElector()}
+	sv, err := cleanup.New(s, &cleanup.Config{Elector: el, BatchSize: 2, ScanLimit: 2})
+	require.NoError(t, err)
+	defer sv.Stop()
+	for _, stream := range []string{"a", "b", "c"} {
+		leaseExpired(t, s, stream, 2) // each stream fills one window
+	}
+	res, err := sv.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 6, res.Resolved["gap"])
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	require.Equal(t, 1, el.most, "one stream lease at a time")
+	require.Zero(t, el.held, "every lease released")
+}
+
+// downElector is a LocalElector whose releases hang until their context
+// ends, as on a database that went away.
+type downElector struct{ *cleanup.LocalElector }
+
+func (e downElector) Lead(ctx context.Context, stream string) (cleanup.Leadership, bool, error) {
+	l, ok, err := e.LocalElector.Lead(ctx, stream)
+	if ok {
+		l = hangingLeadership{l}
+	}
+	return l, ok, err
+}
+
+type hangingLeadership struct{ cleanup.Leadership }
+
+func (l hangingLeadership) Release(ctx context.Context) error {
+	<-ctx.Done()
+	_ = l.Leadership.Release(ctx)
+	return ctx.Err()
+}
+
+// TestStopReleaseBounded: with the store gone, Stop waits one QueryTimeout
+// in all to release the stream leases, however many streams the cycle
+// walked.
+func TestStopReleaseBounded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New(nil)
+		reached := make(chan struct{})
+		work := recovery.WorkTrackerFunc(func(ctx context.Context, e store.Entry) ([]byte, bool, error) {
+			if e.Stream == "c" {
+				close(reached)
+				<-ctx.Done() // Stop comes while c is walked
+				return nil, false, ctx.Err()
+			}
+			return nil, false, nil
+		})
+		const timeout = time.Minute
+		sv, err := cleanup.New(s, &cleanup.Config{
+			Elector: downElector{cleanup.NewLocalElector()}, WorkTracker: work,
+			BatchSize: 2, ScanLimit: 2, QueryTimeout: timeout,
+		})
+		require.NoError(t, err)
+		for _, stream := range []string{"a", "b", "c"} {
+			leaseExpired(t, s, stream, 2)
+		}
+		require.NoError(t, sv.Start(context.Background()))
+		<-reached
+		start := time.Now()
+		sv.Stop()
+		require.Equal(t, timeout, time.Since(start))
+	})
 }
