@@ -154,7 +154,9 @@ type Config struct {
 	// CascadeTTLFactor is how much cascade mode raises Booster's default
 	// TTL. Default: DefaultCascadeTTLFactor (2).
 	CascadeTTLFactor float64
-	// Booster is the Leaser whose default TTL cascade mode raises. Optional.
+	// Booster is the Leaser whose default TTL cascade mode raises, while
+	// the cycle lasts. The boost is process-local: only this Leaser's
+	// default changes, not other processes'. Optional.
 	Booster TTLBooster
 	// Hooks run for every expired lease this Service resolves. Optional.
 	Hooks []HookFunc

@@ -90,6 +90,14 @@
 // ends it (the backlog drained, a failure, Stop); entering and leaving are
 // logged and reported (Observer.Cascade).
 //
+// The boost is process-local: it changes the default TTL of Config.Booster,
+// the Leaser of this process, and no other. Another process's Leaser is
+// boosted only while that process's own cleanup loop is in cascade mode
+// (every loop lists the whole backlog, so each enters the mode on it, but
+// at its own times), and a process that runs no cleanup loop is never
+// boosted. Leases asked for with an explicit TTL are not boosted. The next
+// cycle enters the mode again, and boosts again, while the backlog lasts.
+//
 // # Hooks
 //
 // Config.Hooks release what an expired operation held. They run once per
