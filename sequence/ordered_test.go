@@ -405,6 +405,7 @@ func TestReplayEqualsLive(t *testing.T) {
 			}
 			require.Equal(t, want, key(<-committedFollow))
 			require.Equal(t, key(followed), key(collect(t, b, "rl", &barrier.ReadOpts{IncludeGaps: true, PageSize: 3})), "a replay after the writers")
+			requireOrderedLedger(t, readAll(t, s, "rl"), n)
 		})
 	}
 }
