@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -575,10 +576,24 @@ func (f countFunc) CountGaps(ctx context.Context, stream string) (int64, error) 
 	return f(ctx, stream)
 }
 
-// TestNilProviders checks that the global (no-op) providers work: every
-// observer method can be called and nothing panics.
+// TestNilProviders: a Config without providers (nil, or zero fields) uses
+// the global MeterProvider and TracerProvider: the instruments record into
+// the one otel.SetMeterProvider installed, the spans go to the global
+// tracer. Not parallel: it sets the globals, and restores them.
 func TestNilProviders(t *testing.T) {
+	prevMP, prevTP := otel.GetMeterProvider(), otel.GetTracerProvider()
+	t.Cleanup(func() {
+		otel.SetMeterProvider(prevMP)
+		otel.SetTracerProvider(prevTP)
+	})
 	for _, cfg := range []*metrics.Config{nil, {}} {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		spans := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+		otel.SetMeterProvider(mp)
+		otel.SetTracerProvider(tp)
+
 		m, err := metrics.New(cfg)
 		require.NoError(t, err)
 		ctx := context.Background()
@@ -604,8 +619,24 @@ func TestNilProviders(t *testing.T) {
 		c.Cycle(cleanup.CycleResult{Full: true, Expired: 1}, nil)
 		m.Gaps().Filled(ctx, gap.Gap{Stream: "s"})
 		m.NamedLeases().Acquire(ctx, "k", nil)
+
+		b := &bundle{reader: reader}
+		got := b.collect(t)
+		require.Equal(t, map[string]int64{"kind=k,stream=s": 2}, points(t, got[metrics.NameLeaseGranted]), "cfg %v", cfg)
+		require.Equal(t, map[string]int64{"kind=k,stream=s": 1}, points(t, got[metrics.NameLeaseCommitted]))
+		require.Equal(t, map[string]int64{"kind=k,method=gap,stream=s": 1}, points(t, got[metrics.NameLeaseExpired]))
+		require.Equal(t, map[string]int64{"": 1}, points(t, got[metrics.NameCleanupCascadeActive]), "the gauges' callback is registered there too")
+		require.Equal(t, map[string]int64{"kind=k,result=acquired": 1}, points(t, got[metrics.NameNamedLeaseAcquisitions]))
+		var names []string
+		for _, s := range spans.Ended() {
+			names = append(names, s.Name())
+		}
+		require.ElementsMatch(t, []string{"seqlease.lease", "seqlease.lease", "seqlease.commit", "seqlease.recover", "seqlease.cleanup.cycle"}, names)
+
 		require.NoError(t, m.Close())
 		require.NoError(t, m.Close(), "Close is safe twice")
+		require.NoError(t, mp.Shutdown(ctx))
+		require.NoError(t, tp.Shutdown(ctx))
 	}
 }
 
