@@ -126,6 +126,7 @@
 //
 // Start runs the loop in the background and returns; Stop cancels it, lets
 // the hooks finish for up to HookGrace, cancels the rest, and waits for
-// every goroutine it started. Stop is safe before Start and twice. RunOnce runs one full cycle in the caller's goroutine,
-// for tests and operator tools.
+// every goroutine it started. Stop is safe before Start and twice. RunOnce
+// runs one full cycle in the caller's goroutine, for tests and operator
+// tools.
 package cleanup
