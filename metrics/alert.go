@@ -313,7 +313,7 @@ func (e *Evaluator) evaluateLocked(now time.Time) {
 	if e.openGaps >= 0 {
 		v := float64(e.openGaps)
 		e.set(now, AlertOpenGaps, v, e.openGaps > e.th.OpenGaps, func(a *Alert) string {
-			return fmt.Sprintf("%d open gaps; threshold %.0f: work was lost and not recovered", e.openGaps, a.Threshold)
+			return fmt.Sprintf("%d open gaps; threshold %.0f: numbers whose work was lost or moved to a new number (seqlease gaps STREAM tells which)", e.openGaps, a.Threshold)
 		})
 	}
 }

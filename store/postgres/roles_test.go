@@ -84,8 +84,6 @@ func setupRoles(t *testing.T) *roles {
 		"GRANT USAGE ON SCHEMA " + schema + " TO " + runtime,
 		"ALTER DEFAULT PRIVILEGES FOR ROLE " + migrator + " IN SCHEMA " + schema +
 			" GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO " + runtime,
-		"ALTER DEFAULT PRIVILEGES FOR ROLE " + migrator + " IN SCHEMA " + schema +
-			" GRANT USAGE ON SEQUENCES TO " + runtime,
 	} {
 		_, err := su.Exec(ctx, sql)
 		require.NoError(t, err, sql)
