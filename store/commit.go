@@ -146,8 +146,11 @@ type RecoverResult struct {
 
 // ValidateRecoverBatch checks a RecoverExpiredBatch call: a valid stream,
 // 1..MaxBatch items with numbers ascending and distinct, a recovery type on
-// each, and valid params.
+// each, and valid params (nil means the defaults).
 func ValidateRecoverBatch(stream string, items []RecoverItem, p *RecoverBatchParams) error {
+	if p == nil {
+		p = &RecoverBatchParams{}
+	}
 	if len(items) == 0 || len(items) > MaxBatch {
 		return fmt.Errorf("%w: %d items, must be 1..%d", ErrInvalidCount, len(items), MaxBatch)
 	}

@@ -174,10 +174,17 @@ func ExpiryReason(stream string, number int64, p *ResolveExpiredParams) (string,
 }
 
 // ValidateListExpired checks a ListExpired call and returns its effective
-// limit.
+// limit: valid stream names (the filter and the cursor, when set), a
+// non-negative cursor number and a limit in range. A nil p means the defaults.
 func ValidateListExpired(p *ListExpiredParams) (int, error) {
-	if p.Stream != "" {
-		if err := ValidateStream(p.Stream); err != nil {
+	if p == nil {
+		p = &ListExpiredParams{}
+	}
+	for _, name := range []string{p.Stream, p.AfterStream} {
+		if name == "" {
+			continue
+		}
+		if err := ValidateStream(name); err != nil {
 			return 0, err
 		}
 	}
@@ -202,6 +209,9 @@ func ValidateRead(stream string, after int64, limit int) (int, error) {
 func ValidateListGaps(stream string, p *ListGapsParams) (int, error) {
 	if err := ValidateStream(stream); err != nil {
 		return 0, err
+	}
+	if p == nil {
+		p = &ListGapsParams{}
 	}
 	if p.After < 0 {
 		return 0, fmt.Errorf("%w: after %d", ErrInvalidNumber, p.After)

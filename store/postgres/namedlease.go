@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -1031,15 +1030,19 @@ func (s *Store) AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) er
 	return nil
 }
 
-// parseWaiter parses the payload of an announcement after "w<TAB>".
+// parseWaiter parses the payload of an announcement after "w<TAB>". Any
+// session may NOTIFY on the channel, so it accepts exactly what
+// AnnounceLeaseWaiter sends: a valid lease name and owner, then since (in
+// microseconds; 0: withdrawn) and fence as PostgreSQL prints a bigint >= 0,
+// separated by tabs.
 func parseWaiter(rest string) (store.LeaseWaiter, bool) {
 	f := strings.Split(rest, "\t")
-	if len(f) != 4 {
+	if len(f) != 4 || store.ValidateLeaseName(f[0]) != nil || store.ValidateLeaseOwner(f[1]) != nil {
 		return store.LeaseWaiter{}, false
 	}
-	since, err1 := strconv.ParseInt(f[2], 10, 64)
-	fence, err2 := strconv.ParseInt(f[3], 10, 64)
-	if err1 != nil || err2 != nil {
+	since, ok1 := parseBigint(f[2])
+	fence, ok2 := parseBigint(f[3])
+	if !ok1 || !ok2 {
 		return store.LeaseWaiter{}, false
 	}
 	w := store.LeaseWaiter{Name: f[0], Waiter: f[1], Fence: fence}

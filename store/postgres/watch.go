@@ -280,21 +280,38 @@ func (s *Store) listen(ctx context.Context, pool interface {
 	}
 }
 
-// parseResolution parses a notice of notifyExpr.
+// parseResolution parses a notice of notifyExpr. Any session may NOTIFY on
+// the channel, so it accepts exactly what notifyExpr sends: "r", a valid
+// stream name and a number >= 1 as PostgreSQL prints it, separated by tabs.
 func parseResolution(payload string) (string, int64, bool) {
 	kind, rest, ok := strings.Cut(payload, "\t")
 	if !ok || kind != "r" {
 		return "", 0, false
 	}
 	stream, num, ok := strings.Cut(rest, "\t")
-	if !ok {
+	if !ok || store.ValidateStream(stream) != nil {
 		return "", 0, false
 	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil {
+	n, ok := parseBigint(num)
+	if !ok || n < 1 {
 		return "", 0, false
 	}
 	return stream, n, true
+}
+
+// parseBigint parses a bigint >= 0 as PostgreSQL prints it: decimal digits,
+// no sign, no leading zero.
+func parseBigint(s string) (int64, bool) {
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 // isOutcome reports whether a Commit error is the item's outcome (a refusal)
