@@ -106,8 +106,8 @@ type Config struct {
 	// below it is skipped (never the last step of a pipeline). Default: 0,
 	// off.
 	MinStepSuccessRate float64
-	// StepRateWindow is the number of attempts the rate is taken over.
-	// Default: DefaultStepRateWindow (100).
+	// StepRateWindow is the number of attempts the rate is taken over, at
+	// most recovery.MaxRateWindow. Default: DefaultStepRateWindow (100).
 	StepRateWindow int
 	// MaxRecoveryAttempts, when above 0, is how many times in a row the
 	// recovery of an expired entry may fail (a tracker or the database
@@ -124,8 +124,8 @@ type Config struct {
 	// LeaseElector on a lease.Manager of this Service's own when the store
 	// has named leases (both backends do), else a LocalElector.
 	Elector Elector
-	// LeaseTTL is the TTL of the default elector's stream leases.
-	// Default: DefaultLeaseTTL (15 s).
+	// LeaseTTL is the TTL of the default elector's stream leases, in
+	// [1µs, lease.DefaultMaxTTL]. Default: DefaultLeaseTTL (15 s).
 	LeaseTTL time.Duration
 	// Barrier, if set, wakes the loop when a live lease that holds expired
 	// leases of its stream back resolves, so they are handled at once: a
@@ -147,8 +147,8 @@ type Config struct {
 	CascadeThreshold int
 	// CascadeBatch and CascadeDelay bound the work of cascade mode: it
 	// writes at most CascadeBatch resolutions per statement and pauses
-	// CascadeDelay after every CascadeBatch of them. Defaults:
-	// DefaultCascadeBatch (500), DefaultCascadeDelay (10 ms).
+	// CascadeDelay (at most MaxInterval) after every CascadeBatch of them.
+	// Defaults: DefaultCascadeBatch (500), DefaultCascadeDelay (10 ms).
 	CascadeBatch int
 	CascadeDelay time.Duration
 	// CascadeTTLFactor is how much cascade mode raises Booster's default
@@ -297,12 +297,12 @@ func New(s Store, cfg *Config) (*Service, error) {
 		return nil, fmt.Errorf("cleanup: Config.Interval %v must be in 0..%v", cfg.Interval, MaxInterval)
 	case !(cfg.MinStepSuccessRate >= 0 && cfg.MinStepSuccessRate <= 1): // also NaN
 		return nil, fmt.Errorf("cleanup: Config.MinStepSuccessRate %v must be in 0..1", cfg.MinStepSuccessRate)
-	case cfg.StepRateWindow < 0:
-		return nil, fmt.Errorf("cleanup: Config.StepRateWindow %d is negative", cfg.StepRateWindow)
+	case cfg.StepRateWindow < 0 || cfg.StepRateWindow > recovery.MaxRateWindow:
+		return nil, fmt.Errorf("cleanup: Config.StepRateWindow %d must be in 0..%d", cfg.StepRateWindow, recovery.MaxRateWindow)
 	case cfg.MaxRecoveryAttempts < 0:
 		return nil, fmt.Errorf("cleanup: Config.MaxRecoveryAttempts %d is negative", cfg.MaxRecoveryAttempts)
-	case cfg.LeaseTTL < 0 || cfg.LeaseTTL > lease.DefaultMaxTTL:
-		return nil, fmt.Errorf("cleanup: Config.LeaseTTL %v must be in 0..%v", cfg.LeaseTTL, lease.DefaultMaxTTL)
+	case cfg.LeaseTTL != 0 && (cfg.LeaseTTL < time.Microsecond || cfg.LeaseTTL > lease.DefaultMaxTTL):
+		return nil, fmt.Errorf("cleanup: Config.LeaseTTL %v must be 0 (the default) or in [1µs, %v]", cfg.LeaseTTL, lease.DefaultMaxTTL)
 	case cfg.BatchSize < 0 || cfg.BatchSize > store.MaxListLimit:
 		return nil, fmt.Errorf("cleanup: Config.BatchSize %d must be in 0..%d", cfg.BatchSize, store.MaxListLimit)
 	case cfg.ScanLimit < 0:
@@ -311,8 +311,8 @@ func New(s Store, cfg *Config) (*Service, error) {
 		return nil, fmt.Errorf("cleanup: Config.CascadeThreshold %d is negative", cfg.CascadeThreshold)
 	case cfg.CascadeBatch < 0 || cfg.CascadeBatch > store.MaxBatch:
 		return nil, fmt.Errorf("cleanup: Config.CascadeBatch %d must be in 0..%d", cfg.CascadeBatch, store.MaxBatch)
-	case cfg.CascadeDelay < 0:
-		return nil, fmt.Errorf("cleanup: Config.CascadeDelay %v is negative", cfg.CascadeDelay)
+	case cfg.CascadeDelay < 0 || cfg.CascadeDelay > MaxInterval:
+		return nil, fmt.Errorf("cleanup: Config.CascadeDelay %v must be in 0..%v", cfg.CascadeDelay, MaxInterval)
 	case cfg.CascadeTTLFactor != 0 && !(cfg.CascadeTTLFactor >= 1 && cfg.CascadeTTLFactor <= MaxCascadeTTLFactor): // also NaN, +Inf
 		return nil, fmt.Errorf("cleanup: Config.CascadeTTLFactor %v must be in 1..%v", cfg.CascadeTTLFactor, MaxCascadeTTLFactor)
 	case cfg.HookTimeout < 0:

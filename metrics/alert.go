@@ -148,10 +148,10 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 		return nil, fmt.Errorf("metrics: EvaluatorConfig.Window %v is negative", cfg.Window)
 	case cfg.MinSamples < 0:
 		return nil, fmt.Errorf("metrics: EvaluatorConfig.MinSamples %d is negative", cfg.MinSamples)
-	case cfg.Thresholds.ExpirationRate > 1:
-		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.ExpirationRate %v is above 1", cfg.Thresholds.ExpirationRate)
-	case cfg.Thresholds.RecoveryFailureRate > 1:
-		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.RecoveryFailureRate %v is above 1", cfg.Thresholds.RecoveryFailureRate)
+	case !(cfg.Thresholds.ExpirationRate <= 1): // also NaN
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.ExpirationRate %v must be at most 1", cfg.Thresholds.ExpirationRate)
+	case !(cfg.Thresholds.RecoveryFailureRate <= 1): // also NaN
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.RecoveryFailureRate %v must be at most 1", cfg.Thresholds.RecoveryFailureRate)
 	}
 	e := &Evaluator{
 		window:     cmp.Or(cfg.Window, DefaultWindow),

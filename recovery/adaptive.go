@@ -141,7 +141,8 @@ func (s StepSelector) Select(level Level, _ string) Pipeline {
 // least Window attempts. The last step of a pipeline (the fallback) is
 // never left out, and a left-out step is let through once every Window
 // selections, so it can show that it works again. Record feeds it outcomes;
-// it is safe for concurrent use.
+// it is safe for concurrent use. A Window above MaxRateWindow counts as
+// MaxRateWindow; zero or less turns the filter off.
 type RateFilter struct {
 	Selector Selector
 	MinRate  float64 // e.g. 0.05
@@ -151,20 +152,28 @@ type RateFilter struct {
 	stats map[rateKey]*outcomes
 }
 
+// MaxRateWindow is the largest RateFilter.Window: the filter keeps that many
+// outcomes per step and kind.
+const MaxRateWindow = 10_000
+
 type rateKey struct{ step, kind string }
 
 // outcomes is a ring of the last attempts.
 type outcomes struct {
 	ring    []bool
+	ok      int // successes in ring
 	next    int
 	full    bool
 	skipped int // selections that left the step out since it last ran
 }
 
+// window is the filter's effective Window.
+func (f *RateFilter) window() int { return min(f.Window, MaxRateWindow) }
+
 // Select implements Selector.
 func (f *RateFilter) Select(level Level, kind string) Pipeline {
 	steps := f.Selector.Select(level, kind)
-	if len(steps) < 2 || f.Window <= 0 {
+	if len(steps) < 2 || f.window() <= 0 {
 		return steps
 	}
 	f.mu.Lock()
@@ -186,7 +195,7 @@ func (f *RateFilter) skipLocked(step, kind string) bool {
 		return false
 	}
 	o.skipped++
-	if o.skipped >= f.Window {
+	if o.skipped >= f.window() {
 		o.skipped = 0
 		return false // let it through once
 	}
@@ -198,18 +207,12 @@ func (o *outcomes) rate() float64 {
 	if !o.full {
 		return 1
 	}
-	ok := 0
-	for _, s := range o.ring {
-		if s {
-			ok++
-		}
-	}
-	return float64(ok) / float64(len(o.ring))
+	return float64(o.ok) / float64(len(o.ring))
 }
 
 // Record notes an attempt of step on work of kind.
 func (f *RateFilter) Record(step, kind string, success bool) {
-	if f.Window <= 0 {
+	if f.window() <= 0 {
 		return
 	}
 	f.mu.Lock()
@@ -220,8 +223,14 @@ func (f *RateFilter) Record(step, kind string, success bool) {
 	k := rateKey{step, kind}
 	o := f.stats[k]
 	if o == nil {
-		o = &outcomes{ring: make([]bool, f.Window)}
+		o = &outcomes{ring: make([]bool, f.window())}
 		f.stats[k] = o
+	}
+	if o.ring[o.next] {
+		o.ok--
+	}
+	if success {
+		o.ok++
 	}
 	o.ring[o.next] = success
 	o.next = (o.next + 1) % len(o.ring)

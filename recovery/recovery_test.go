@@ -305,3 +305,29 @@ func TestRateFilter(t *testing.T) {
 	}
 	require.Len(t, f.Select(recovery.Low, "k"), 2, "recovered")
 }
+
+func TestRateFilterRingCountsAndWindowCap(t *testing.T) {
+	t.Parallel()
+	s, _ := expiredEntries(t, 1)
+	steps := recovery.StepSelector{
+		PartialWork: recovery.PartialWork(s, tracker(nil, false, nil), "c"),
+		Gap:         recovery.Gap(s),
+	}
+	// The ring forgets the oldest outcome: 3 failures then 3 successes over
+	// a window of 4 is a rate of 3/4.
+	f := &recovery.RateFilter{Selector: steps, MinRate: 0.7, Window: 4}
+	for _, ok := range []bool{false, false, false, true, true, true} {
+		f.Record("partial-work", "k", ok)
+	}
+	require.Len(t, f.Select(recovery.Low, "k"), 2, "3 of the last 4 succeeded")
+	f.Record("partial-work", "k", false)
+	f.Record("partial-work", "k", false)
+	require.Len(t, f.Select(recovery.Low, "k"), 1, "2 of the last 4")
+
+	// An enormous Window counts as MaxRateWindow instead of allocating it.
+	huge := &recovery.RateFilter{Selector: steps, MinRate: 0.5, Window: 1 << 50}
+	for range recovery.MaxRateWindow {
+		huge.Record("partial-work", "k", false)
+	}
+	require.Len(t, huge.Select(recovery.Low, "k"), 1, "full after MaxRateWindow outcomes")
+}
