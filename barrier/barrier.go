@@ -96,11 +96,11 @@ func New(src Source, cfg *Config) (*Barrier, error) {
 	}
 	switch {
 	case cfg.PollInterval < 0:
-		return nil, fmt.Errorf("barrier: Config.PollInterval %v is negative", cfg.PollInterval)
+		return nil, fmt.Errorf("barrier: Config.PollInterval %v is negative: %w", cfg.PollInterval, store.ErrInvalidArgument)
 	case cfg.QueryTimeout < 0:
-		return nil, fmt.Errorf("barrier: Config.QueryTimeout %v is negative", cfg.QueryTimeout)
+		return nil, fmt.Errorf("barrier: Config.QueryTimeout %v is negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
 	case cfg.SnapshotLimit < 0 || cfg.SnapshotLimit > store.MaxListLimit:
-		return nil, fmt.Errorf("barrier: Config.SnapshotLimit %d must be in 0..%d", cfg.SnapshotLimit, store.MaxListLimit)
+		return nil, fmt.Errorf("barrier: Config.SnapshotLimit %d must be in 0..%d: %w", cfg.SnapshotLimit, store.MaxListLimit, store.ErrInvalidArgument)
 	}
 	b := &Barrier{
 		src:          src,

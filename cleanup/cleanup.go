@@ -294,39 +294,39 @@ func New(s Store, cfg *Config) (*Service, error) {
 	}
 	switch {
 	case cfg.Interval < 0 || cfg.Interval > MaxInterval:
-		return nil, fmt.Errorf("cleanup: Config.Interval %v must be in 0..%v", cfg.Interval, MaxInterval)
+		return nil, fmt.Errorf("cleanup: Config.Interval %v must be in 0..%v: %w", cfg.Interval, MaxInterval, store.ErrInvalidArgument)
 	case !(cfg.MinStepSuccessRate >= 0 && cfg.MinStepSuccessRate <= 1): // also NaN
-		return nil, fmt.Errorf("cleanup: Config.MinStepSuccessRate %v must be in 0..1", cfg.MinStepSuccessRate)
+		return nil, fmt.Errorf("cleanup: Config.MinStepSuccessRate %v must be in 0..1: %w", cfg.MinStepSuccessRate, store.ErrInvalidArgument)
 	case cfg.StepRateWindow < 0 || cfg.StepRateWindow > recovery.MaxRateWindow:
-		return nil, fmt.Errorf("cleanup: Config.StepRateWindow %d must be in 0..%d", cfg.StepRateWindow, recovery.MaxRateWindow)
+		return nil, fmt.Errorf("cleanup: Config.StepRateWindow %d must be in 0..%d: %w", cfg.StepRateWindow, recovery.MaxRateWindow, store.ErrInvalidArgument)
 	case cfg.MaxRecoveryAttempts < 0:
-		return nil, fmt.Errorf("cleanup: Config.MaxRecoveryAttempts %d is negative", cfg.MaxRecoveryAttempts)
+		return nil, fmt.Errorf("cleanup: Config.MaxRecoveryAttempts %d is negative: %w", cfg.MaxRecoveryAttempts, store.ErrInvalidArgument)
 	case cfg.LeaseTTL != 0 && (cfg.LeaseTTL < time.Microsecond || cfg.LeaseTTL > lease.DefaultMaxTTL):
-		return nil, fmt.Errorf("cleanup: Config.LeaseTTL %v must be 0 (the default) or in [1µs, %v]", cfg.LeaseTTL, lease.DefaultMaxTTL)
+		return nil, fmt.Errorf("cleanup: Config.LeaseTTL %v must be 0 (the default) or in [1µs, %v]: %w", cfg.LeaseTTL, lease.DefaultMaxTTL, store.ErrInvalidArgument)
 	case cfg.BatchSize < 0 || cfg.BatchSize > store.MaxListLimit:
-		return nil, fmt.Errorf("cleanup: Config.BatchSize %d must be in 0..%d", cfg.BatchSize, store.MaxListLimit)
+		return nil, fmt.Errorf("cleanup: Config.BatchSize %d must be in 0..%d: %w", cfg.BatchSize, store.MaxListLimit, store.ErrInvalidArgument)
 	case cfg.ScanLimit < 0:
-		return nil, fmt.Errorf("cleanup: Config.ScanLimit %d is negative", cfg.ScanLimit)
+		return nil, fmt.Errorf("cleanup: Config.ScanLimit %d is negative: %w", cfg.ScanLimit, store.ErrInvalidArgument)
 	case cfg.CascadeThreshold < 0:
-		return nil, fmt.Errorf("cleanup: Config.CascadeThreshold %d is negative", cfg.CascadeThreshold)
+		return nil, fmt.Errorf("cleanup: Config.CascadeThreshold %d is negative: %w", cfg.CascadeThreshold, store.ErrInvalidArgument)
 	case cfg.CascadeBatch < 0 || cfg.CascadeBatch > store.MaxBatch:
-		return nil, fmt.Errorf("cleanup: Config.CascadeBatch %d must be in 0..%d", cfg.CascadeBatch, store.MaxBatch)
+		return nil, fmt.Errorf("cleanup: Config.CascadeBatch %d must be in 0..%d: %w", cfg.CascadeBatch, store.MaxBatch, store.ErrInvalidArgument)
 	case cfg.CascadeDelay < 0 || cfg.CascadeDelay > MaxInterval:
-		return nil, fmt.Errorf("cleanup: Config.CascadeDelay %v must be in 0..%v", cfg.CascadeDelay, MaxInterval)
+		return nil, fmt.Errorf("cleanup: Config.CascadeDelay %v must be in 0..%v: %w", cfg.CascadeDelay, MaxInterval, store.ErrInvalidArgument)
 	case cfg.CascadeTTLFactor != 0 && !(cfg.CascadeTTLFactor >= 1 && cfg.CascadeTTLFactor <= MaxCascadeTTLFactor): // also NaN, +Inf
-		return nil, fmt.Errorf("cleanup: Config.CascadeTTLFactor %v must be in 1..%v", cfg.CascadeTTLFactor, MaxCascadeTTLFactor)
+		return nil, fmt.Errorf("cleanup: Config.CascadeTTLFactor %v must be in 1..%v: %w", cfg.CascadeTTLFactor, MaxCascadeTTLFactor, store.ErrInvalidArgument)
 	case cfg.HookTimeout < 0:
-		return nil, fmt.Errorf("cleanup: Config.HookTimeout %v is negative", cfg.HookTimeout)
+		return nil, fmt.Errorf("cleanup: Config.HookTimeout %v is negative: %w", cfg.HookTimeout, store.ErrInvalidArgument)
 	case cfg.HookConcurrency < 0:
-		return nil, fmt.Errorf("cleanup: Config.HookConcurrency %d is negative", cfg.HookConcurrency)
+		return nil, fmt.Errorf("cleanup: Config.HookConcurrency %d is negative: %w", cfg.HookConcurrency, store.ErrInvalidArgument)
 	case cfg.HookQueue < 0:
-		return nil, fmt.Errorf("cleanup: Config.HookQueue %d is negative", cfg.HookQueue)
+		return nil, fmt.Errorf("cleanup: Config.HookQueue %d is negative: %w", cfg.HookQueue, store.ErrInvalidArgument)
 	case cfg.HookGrace < 0:
-		return nil, fmt.Errorf("cleanup: Config.HookGrace %v is negative", cfg.HookGrace)
+		return nil, fmt.Errorf("cleanup: Config.HookGrace %v is negative: %w", cfg.HookGrace, store.ErrInvalidArgument)
 	case cfg.MaxBackoff < 0:
-		return nil, fmt.Errorf("cleanup: Config.MaxBackoff %v is negative", cfg.MaxBackoff)
+		return nil, fmt.Errorf("cleanup: Config.MaxBackoff %v is negative: %w", cfg.MaxBackoff, store.ErrInvalidArgument)
 	case cfg.QueryTimeout < 0:
-		return nil, fmt.Errorf("cleanup: Config.QueryTimeout %v is negative", cfg.QueryTimeout)
+		return nil, fmt.Errorf("cleanup: Config.QueryTimeout %v is negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
 	}
 	owner := cmp.Or(cfg.Owner, "seqlease-cleanup")
 	if err := store.ValidateText("owner", owner); err != nil {

@@ -132,7 +132,7 @@ func New(s Store, cfg *Config) (*Gaps, error) {
 		g.observer = cfg.Observer
 		switch {
 		case cfg.MaxPayload < 0:
-			return nil, fmt.Errorf("gap: Config.MaxPayload %d must not be negative", cfg.MaxPayload)
+			return nil, fmt.Errorf("gap: Config.MaxPayload %d must not be negative: %w", cfg.MaxPayload, store.ErrInvalidArgument)
 		case cfg.MaxPayload > 0:
 			g.maxPayload = cfg.MaxPayload
 		}

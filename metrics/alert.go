@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/seqlease/seqlease/store"
 )
 
 // Level is the severity of an alert.
@@ -145,13 +147,13 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 	}
 	switch {
 	case cfg.Window < 0:
-		return nil, fmt.Errorf("metrics: EvaluatorConfig.Window %v is negative", cfg.Window)
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.Window %v is negative: %w", cfg.Window, store.ErrInvalidArgument)
 	case cfg.MinSamples < 0:
-		return nil, fmt.Errorf("metrics: EvaluatorConfig.MinSamples %d is negative", cfg.MinSamples)
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.MinSamples %d is negative: %w", cfg.MinSamples, store.ErrInvalidArgument)
 	case !(cfg.Thresholds.ExpirationRate <= 1): // also NaN
-		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.ExpirationRate %v must be at most 1", cfg.Thresholds.ExpirationRate)
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.ExpirationRate %v must be at most 1: %w", cfg.Thresholds.ExpirationRate, store.ErrInvalidArgument)
 	case !(cfg.Thresholds.RecoveryFailureRate <= 1): // also NaN
-		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.RecoveryFailureRate %v must be at most 1", cfg.Thresholds.RecoveryFailureRate)
+		return nil, fmt.Errorf("metrics: EvaluatorConfig.Thresholds.RecoveryFailureRate %v must be at most 1: %w", cfg.Thresholds.RecoveryFailureRate, store.ErrInvalidArgument)
 	}
 	e := &Evaluator{
 		window:     cmp.Or(cfg.Window, DefaultWindow),

@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/seqlease/seqlease/store"
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer.
@@ -189,13 +191,13 @@ func New(cfg *Config) (*Metrics, error) {
 	}
 	switch {
 	case cfg.GapCountInterval < 0:
-		return nil, fmt.Errorf("metrics: Config.GapCountInterval %v is negative", cfg.GapCountInterval)
+		return nil, fmt.Errorf("metrics: Config.GapCountInterval %v is negative: %w", cfg.GapCountInterval, store.ErrInvalidArgument)
 	case cfg.QueryTimeout < 0:
-		return nil, fmt.Errorf("metrics: Config.QueryTimeout %v is negative", cfg.QueryTimeout)
+		return nil, fmt.Errorf("metrics: Config.QueryTimeout %v is negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
 	case cfg.MaxStreams < 0:
-		return nil, fmt.Errorf("metrics: Config.MaxStreams %d is negative", cfg.MaxStreams)
+		return nil, fmt.Errorf("metrics: Config.MaxStreams %d is negative: %w", cfg.MaxStreams, store.ErrInvalidArgument)
 	case cfg.LongHeldAfter < 0:
-		return nil, fmt.Errorf("metrics: Config.LongHeldAfter %v is negative", cfg.LongHeldAfter)
+		return nil, fmt.Errorf("metrics: Config.LongHeldAfter %v is negative: %w", cfg.LongHeldAfter, store.ErrInvalidArgument)
 	}
 	mp := cfg.MeterProvider
 	if mp == nil {
