@@ -146,12 +146,12 @@ const cleanupMaxBackoff = 500 * time.Millisecond
 // stream's lease and resolves them, a statement or two each (the Retry step
 // reads the results table, then moves the work): the longest of a fault
 // test's workers took 14-125 ms under -race on a loaded 2-core machine
-// (WorkerStats.LongestCycle, in the fault tests' summaries). A cycle whose write waits on the row lock of a holder stopped
-// inside its commit's transaction lasts as long as the stop, but that
-// number is not left unresolved: the holder's commit was decided, and
-// stands when it goes on. 5 s leaves room for a machine several times
-// slower, or for a cycle whose first statement waits for a connection
-// re-established after a fault.
+// (WorkerStats.LongestCycle, in the fault tests' summaries). A cycle whose
+// write waits on the row lock of a holder stopped inside its commit's
+// transaction lasts as long as the stop, but that number is not left
+// unresolved: the holder's commit was decided, and stands when it goes on.
+// 5 s leaves room for a machine several times slower, or for a cycle whose
+// first statement waits for a connection re-established after a fault.
 const CycleAllowance = 5 * time.Second
 
 // ResolveBound returns how long past its expiry, by the database clock, a
