@@ -557,8 +557,8 @@ func (h *Harness) Drain(ctx context.Context) error {
 	}
 	sv, err := cleanup.New(h.Store, &cleanup.Config{
 		Interval: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Probe: lowLoad,
-		OperationTracker: resultTracker(h.Pool, h.Schema), MaxRecoveryAttempts: 1 << 20,
-		Elector: elector, Owner: h.Prefix + "drain",
+		OperationTracker: resultTracker(h.Pool, h.Schema),
+		Elector:          elector, Owner: h.Prefix + "drain",
 	})
 	if err != nil {
 		return err

@@ -353,17 +353,16 @@ func (w *worker) start(ctx context.Context) (stop func(), err error) {
 		return nil, err
 	}
 	w.cleaner, err = cleanup.New(w.store, &cleanup.Config{
-		Interval:            cfg.Interval,
-		MaxBackoff:          cleanupMaxBackoff,
-		Probe:               lowLoad,
-		OperationTracker:    resultTracker(w.pool, cfg.Schema),
-		MaxRecoveryAttempts: 1 << 20, // never give recoverable work up here
-		Elector:             elector,
-		Barrier:             w.barrier,
-		Observer:            cycleTimer{&w.stats.longestCycle},
-		Booster:             w.leaser,
-		QueryTimeout:        10 * time.Second,
-		Owner:               cfg.Owner + "/cleanup",
+		Interval:         cfg.Interval,
+		MaxBackoff:       cleanupMaxBackoff,
+		Probe:            lowLoad,
+		OperationTracker: resultTracker(w.pool, cfg.Schema),
+		Elector:          elector,
+		Barrier:          w.barrier,
+		Observer:         cycleTimer{&w.stats.longestCycle},
+		Booster:          w.leaser,
+		QueryTimeout:     10 * time.Second,
+		Owner:            cfg.Owner + "/cleanup",
 	})
 	if err != nil {
 		return nil, err
