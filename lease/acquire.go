@@ -90,11 +90,17 @@ func (m *Manager) policyTTL(ctx context.Context, name string, requested time.Dur
 }
 
 // attempt makes one acquire attempt; with mark > 0 (a blocking acquire, see
-// waitMark), the backend marks the name wanted if it is held.
+// waitMark), the backend marks the name wanted if it is held. Stop waits for
+// the attempts in flight: one granted once Stop began releases its grant.
 func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, mark time.Duration) (*Lease, error) {
+	m.qmu.Lock()
 	if m.isStopping() {
+		m.qmu.Unlock()
 		return nil, ErrStopped
 	}
+	m.attempts.Add(1) // under qmu: Stop waits only after stopping
+	m.qmu.Unlock()
+	defer m.attempts.Done()
 	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.defaultTTL))
 	if err != nil {
 		return nil, err
@@ -113,19 +119,28 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 		return nil, err
 	}
 	l := m.newLease(g, start, ttl, opts.Kind)
-	if !m.register(l) {
+	// free releases the grant rather than leave it to the backend's expiry.
+	free := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
 		defer cancel()
 		_ = l.Close(rctx)
+	}
+	if l.Remaining() <= 0 {
+		// The attempt outlasted the local deadline: the lease is over (or
+		// about to be) as it arrives.
+		if m.testHooks.late != nil {
+			m.testHooks.late(name, g.Fence)
+		}
+		free()
+		return nil, fmt.Errorf("%w: %s: the attempt took longer than the TTL %v less the safety margin", ErrExpired, quote(name), ttl)
+	}
+	if !m.register(l) {
+		free()
 		return nil, ErrStopped
 	}
 	if opts.KeepAlive {
 		if err := l.KeepAlive(); err != nil {
-			// Over already: the attempt outlasted the local deadline. Free
-			// the name rather than leave it to the backend's expiry.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
-			defer cancel()
-			_ = l.Close(rctx)
+			free() // over already, or the Manager stops
 			return nil, err
 		}
 	}
@@ -160,7 +175,10 @@ func (m *Manager) unregister(l *Lease) {
 
 // TryAcquire acquires name if it is free, and returns at once: a *HeldError
 // (matching ErrHeld) tells who holds it otherwise. It does not wait behind
-// the blocked Acquire calls of this process for the same name.
+// the blocked Acquire calls of this process for the same name. An attempt
+// that took longer than the TTL less the safety margin (a slow backend, a
+// short TTL) would return a lease already over: it releases the grant and
+// fails with an error matching ErrExpired instead.
 func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
 	if opts == nil {
 		opts = &AcquireOpts{}
@@ -178,7 +196,9 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 
 // Acquire acquires name, waiting while others hold it, until it succeeds,
 // ctx ends, opts.Timeout passes (ErrTimeout, wrapping the last *HeldError)
-// or the Manager stops (ErrStopped).
+// or the Manager stops (ErrStopped). When ctx's own deadline ends the wait
+// first, the error matches context.DeadlineExceeded and not ErrTimeout. An
+// attempt that outlasted the lease's local deadline is retried.
 //
 // Waiters of this process queue per name: only the first one tries, so they
 // get the name in the order they asked, and a release in this process hands
@@ -195,7 +215,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 	}
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, opts.Timeout, errAcquireTimeout)
 		defer cancel()
 	}
 	l, err := m.acquire(ctx, name, opts)
@@ -217,10 +237,14 @@ func (m *Manager) Hold(ctx context.Context, name string, opts *AcquireOpts) (*Le
 	return m.Acquire(ctx, name, &o)
 }
 
-// timeoutError turns the end of a context whose timeout passed into
-// ErrTimeout.
+// errAcquireTimeout is the cause of the end of a context bounded by
+// AcquireOpts.Timeout, as opposed to a deadline of the caller's.
+var errAcquireTimeout = errors.New("lease: AcquireOpts.Timeout passed")
+
+// timeoutError turns the end of a context whose AcquireOpts.Timeout passed
+// into ErrTimeout; a deadline of the caller's context stays what it is.
 func timeoutError(ctx context.Context, timeout time.Duration, err error) error {
-	if timeout <= 0 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if timeout <= 0 || !errors.Is(err, context.DeadlineExceeded) || context.Cause(ctx) != errAcquireTimeout {
 		return err
 	}
 	return fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
@@ -240,7 +264,7 @@ func (e *heldWaitError) Unwrap() []error { return []error{e.ctxErr, e.held} }
 func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
 	w := m.join(name)
 	acquired := false
-	defer func() { m.leave(ctx, name, w, acquired) }()
+	defer func() { m.leave(name, w, acquired) }()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 10 * time.Millisecond
 	bo.MaxInterval = max(m.pollInterval, bo.InitialInterval)
@@ -345,6 +369,13 @@ func (m *Manager) pause(ctx context.Context, w *waiter, d time.Duration) error {
 // nothing: if one fails, the leases acquired so far are released and the
 // error returned. The leases come in sorted order. opts.Timeout bounds the
 // whole call. Duplicate names are bad input.
+//
+// While it waits for a name, the leases it holds already are kept renewed
+// (as by KeepAlive, each renewal counting toward MaxRenewals; without
+// opts.KeepAlive, that stops when it returns), and if one of them ends all
+// the same (lost, force-released, at its MaxRenewals), it stops waiting,
+// releases the others and fails with that lease's error. It never returns
+// a lease that is over.
 func (m *Manager) AcquireAll(ctx context.Context, names []string, opts *AcquireOpts) ([]*Lease, error) {
 	return m.acquireAll(ctx, names, opts, true)
 }
@@ -374,32 +405,77 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 	}
 	if opts.Timeout > 0 && wait {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, opts.Timeout, errAcquireTimeout)
 		defer cancel()
 	}
 	out := make([]*Lease, 0, len(sorted))
-	for _, name := range sorted {
+	fail := func(name string, err error) ([]*Lease, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
+		defer cancel()
+		for _, got := range out {
+			if rerr := got.Close(rctx); rerr != nil {
+				m.logger.Warn("lease: rollback of acquire all: release failed; the lease will expire", slog.String("name", got.name), slog.Any("error", rerr))
+			}
+		}
+		return nil, fmt.Errorf("lease: acquire all: %s: %w", quote(name), err)
+	}
+	for i, name := range sorted {
 		var l *Lease
 		var err error
 		if wait {
-			l, err = m.acquire(ctx, name, opts)
+			l, err = m.acquireNext(ctx, name, opts, out)
 		} else {
 			l, err = m.attempt(ctx, name, opts, 0)
 		}
 		m.observeAcquire(ctx, opts, err)
 		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
-			for _, got := range out {
-				if rerr := got.Close(rctx); rerr != nil {
-					m.logger.Warn("lease: rollback of acquire all: release failed; the lease will expire", slog.String("name", got.name), slog.Any("error", rerr))
-				}
-			}
-			cancel()
-			return nil, fmt.Errorf("lease: acquire all: %s: %w", quote(name), timeoutError(ctx, opts.Timeout, err))
+			return fail(name, timeoutError(ctx, opts.Timeout, err))
 		}
 		out = append(out, l)
+		if wait && !opts.KeepAlive && i < len(sorted)-1 {
+			// Renewed while the next names are awaited (see dropKeepAlive).
+			if err := l.KeepAlive(); err != nil {
+				return fail(name, err)
+			}
+		}
+	}
+	if !opts.KeepAlive {
+		for _, l := range out {
+			l.dropKeepAlive()
+		}
+	}
+	for _, l := range out {
+		if l.Remaining() <= 0 {
+			l.onDeadline() // passed, its timer not yet fired
+		}
+		if err := l.Err(); err != nil {
+			return fail(l.name, fmt.Errorf("ended before every name was acquired: %w", err))
+		}
 	}
 	return out, nil
+}
+
+// acquireNext is the blocking acquire of AcquireAll's next name, which gives
+// up when one of the leases it acquired already (got) ends: it fails with
+// that lease's error.
+func (m *Manager) acquireNext(ctx context.Context, name string, opts *AcquireOpts, got []*Lease) (*Lease, error) {
+	if len(got) == 0 {
+		return m.acquire(ctx, name, opts)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	for _, g := range got {
+		gctx := g.Context()
+		stop := context.AfterFunc(gctx, func() {
+			cancel(fmt.Errorf("%s ended while %s was awaited: %w", quote(g.name), quote(name), context.Cause(gctx)))
+		})
+		defer stop()
+	}
+	l, err := m.acquire(wctx, name, opts)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil, context.Cause(wctx)
+	}
+	return l, err
 }
 
 // queue is the waiters of a name in this process, first first, and what
@@ -448,9 +524,9 @@ func (m *Manager) join(name string) *waiter {
 
 // leave removes w from the queue of name and wakes the next waiter. When
 // the queue empties because w gave up, this process's announcement for
-// name is withdrawn; when w acquired the name, the others learn it from the
-// name's holding (see refreshRivals).
-func (m *Manager) leave(ctx context.Context, name string, w *waiter, acquired bool) {
+// name is withdrawn, in the background (Stop ends it); when w acquired the
+// name, the others learn it from the name's holding (see refreshRivals).
+func (m *Manager) leave(name string, w *waiter, acquired bool) {
 	m.qmu.Lock()
 	q := m.queues[name]
 	i := slices.Index(q.waiters, w)
@@ -465,9 +541,17 @@ func (m *Manager) leave(ctx context.Context, name string, w *waiter, acquired bo
 		q.holding = false
 		q.waiters[0].poke()
 	}
+	if withdraw {
+		m.bg.Add(1) // under qmu, not stopping: Stop waits for it
+	}
 	m.qmu.Unlock()
 	if withdraw {
-		m.announce(context.WithoutCancel(ctx), store.LeaseWaiter{Name: name, Waiter: m.owner})
+		// In the background, so that the caller returns at once (its
+		// timeout passed, or its context ended); Stop ends it.
+		go func() {
+			defer m.bg.Done()
+			m.announce(m.life, store.LeaseWaiter{Name: name, Waiter: m.owner})
+		}()
 	}
 }
 

@@ -62,7 +62,11 @@ import (
 // without its cancellation, bounded by Config.QueryTimeout, so one
 // caller's context cannot fail the others. A caller whose context ends
 // returns at once (a leader that waits hands the lead on first); if its
-// acquire was sent and is granted, the leader releases it.
+// acquire was sent and is granted, it is released when the backend call
+// returns. So that a leader can return too, a call shared with others is
+// made by a goroutine of the batcher when the leader's context can end
+// (one per backend call, not per caller); the Manager's Stop waits for
+// them.
 
 const (
 	// maxBatch is the most calls one backend call carries.
@@ -111,6 +115,8 @@ type batcher[Req, Res any] struct {
 	flying  int           // backend calls sent that have not returned
 	several bool          // the last batch carried several calls
 	lastDur time.Duration // how long the last backend call took
+	closed  bool          // Stop waits for bg: no goroutine starts
+	bg      sync.WaitGroup
 }
 
 type batchCall[Req, Res any] struct {
@@ -148,8 +154,13 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 		if !b.run(ctx, c) {
 			return zero, ctx.Err()
 		}
-		<-c.done // sent by this run: it returns once the results are set
-		return c.res, nil
+		// Sent by this run, which returned once the results were set, or
+		// in a goroutine of b's (a batch of several): wait like the others.
+		select {
+		case <-c.done:
+			return c.res, nil
+		case <-ctx.Done():
+		}
 	case <-c.done:
 		return c.res, nil
 	case <-ctx.Done():
@@ -190,9 +201,20 @@ func (b *batcher[Req, Res]) passLead() {
 	}
 }
 
+// close makes b send every batch from its leader's goroutine from now on,
+// and waits for the goroutines that send batches.
+func (b *batcher[Req, Res]) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.bg.Wait()
+}
+
 // run sends the queued calls, the leader's (me) first, gives them their
-// results and hands the lead on. It returns false, having sent nothing, if
-// ctx ended while it waited for a wave.
+// results and hands the lead on. A batch of several is sent by a goroutine
+// of b's when ctx can end, so that the leader can give up like the others;
+// otherwise run returns once the results are set. It returns false, having
+// sent nothing, if ctx ended while it waited for a wave.
 func (b *batcher[Req, Res]) run(ctx context.Context, me *batchCall[Req, Res]) bool {
 	if !b.awaitWave(ctx) {
 		b.mu.Lock()
@@ -207,11 +229,31 @@ func (b *batcher[Req, Res]) run(ctx context.Context, me *batchCall[Req, Res]) bo
 	early := n > 1 || b.several // with a single caller, nobody could use an early lead
 	b.several = n > 1
 	b.flying++
+	async := n > 1 && ctx.Done() != nil && !b.closed
+	if async {
+		b.bg.Add(1) // under b.mu, before close: close waits for it
+	}
 	b.mu.Unlock()
 	if b.wave != nil {
 		b.wave.sent(n)
 	}
+	if async {
+		go func() {
+			defer b.bg.Done()
+			b.dispatch(ctx, calls, early)
+		}()
+		return true
+	}
+	b.dispatch(ctx, calls, early)
+	return true
+}
 
+// dispatch makes the backend call of calls, sets their results, hands the
+// lead on, and gives the grants of the calls whose callers gave up to
+// orphans. ctx is the leader's; early tells whether the lead may pass when
+// the backend has decided the batch.
+func (b *batcher[Req, Res]) dispatch(ctx context.Context, calls []*batchCall[Req, Res], early bool) {
+	n := len(calls)
 	reqs := make([]Req, n)
 	for i, c := range calls {
 		reqs[i] = c.req
@@ -267,7 +309,6 @@ func (b *batcher[Req, Res]) run(ctx context.Context, me *batchCall[Req, Res]) bo
 	if len(lostReqs) > 0 && b.orphans != nil {
 		b.orphans(ctx, lostReqs, lostRes)
 	}
-	return true
 }
 
 // awaitWave waits, holding the lead, while the wave says more callers are

@@ -31,13 +31,14 @@ type gate struct{ open, entered chan struct{} }
 func newGatedStore() *gatedStore { return &gatedStore{Store: memory.New(nil), gates: map[bool]*gate{}} }
 
 // hold makes the next acquire call (or release call) wait until the
-// returned function is called; entered closes when it starts to wait.
+// returned function is called (it may be called again); entered closes
+// when it starts to wait.
 func (s *gatedStore) hold(acquire bool) (entered <-chan struct{}, open func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := &gate{open: make(chan struct{}), entered: make(chan struct{})}
 	s.gates[acquire] = g
-	return g.entered, func() { close(g.open) }
+	return g.entered, sync.OnceFunc(func() { close(g.open) })
 }
 
 func (s *gatedStore) pass(acquire bool, ctx context.Context, names []string) {
@@ -170,9 +171,9 @@ func TestConcurrentCallsShareBackendCalls(t *testing.T) {
 
 // TestAGivenUpCallDoesNotFailTheOthers: a caller whose context ends while
 // its acquire waits in the queue is not sent; one whose context ends while
-// its acquire is in flight returns at once, and the grant is released; the
-// shared call does not see either context end, and the others get their
-// leases.
+// its acquire is in flight returns at once, the leader of the shared call
+// too, and their grants are released; the shared call does not see either
+// context end, and the others get their leases.
 func TestAGivenUpCallDoesNotFailTheOthers(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -180,6 +181,7 @@ func TestAGivenUpCallDoesNotFailTheOthers(t *testing.T) {
 	m := newManager(t, s, &lease.Config{Owner: "m"})
 
 	entered, open := s.hold(true)
+	t.Cleanup(open) // before Stop, should the test fail
 	errs := make(chan error, 1)
 	go func() {
 		_, err := m.TryAcquire(ctx, "first", nil)
@@ -188,7 +190,7 @@ func TestAGivenUpCallDoesNotFailTheOthers(t *testing.T) {
 	wait(t, entered, "the first acquire is in flight")
 
 	queuedCtx, giveUpQueued := context.WithCancel(ctx)
-	gaveUp := make(chan error, 1)
+	gaveUp := make(chan error, 2)
 	go func() {
 		_, err := m.TryAcquire(queuedCtx, "given-up-queued", nil)
 		gaveUp <- err
@@ -199,50 +201,51 @@ func TestAGivenUpCallDoesNotFailTheOthers(t *testing.T) {
 	queued(t, m, 0, 0)
 
 	var wg sync.WaitGroup
-	leases := make([]*lease.Lease, 3)
-	ctxs := make([]context.Context, 3)
+	var kept *lease.Lease
 	cancels := make([]context.CancelFunc, 3)
-	for i := range leases {
-		ctxs[i], cancels[i] = context.WithCancel(ctx)
+	for i := range cancels {
+		var cctx context.Context
+		cctx, cancels[i] = context.WithCancel(ctx)
 		defer cancels[i]()
-		if i == 1 {
+		if i < 2 { // n0 leads the shared call
 			go func() {
-				_, err := m.TryAcquire(ctxs[i], "n1", nil)
+				_, err := m.TryAcquire(cctx, fmt.Sprint("n", i), nil)
 				gaveUp <- err
 			}()
 		} else {
 			wg.Go(func() {
-				l, err := m.TryAcquire(ctxs[i], fmt.Sprint("n", i), nil)
+				l, err := m.TryAcquire(cctx, fmt.Sprint("n", i), nil)
 				noError(t, err)
-				leases[i] = l
+				kept = l
 			})
 		}
 		queued(t, m, i+1, 0)
 	}
 	entered2, open2 := s.hold(true) // the shared call waits too
+	t.Cleanup(open2)
 	open()
 	require.NoError(t, <-errs)
 	wait(t, entered2, "the shared acquire is in flight")
-	cancels[0]() // its leader's context ends: the shared call goes on
+	cancels[0]() // its leader gives up: it returns at once; the shared call goes on
+	require.ErrorIs(t, within(t, "the given-up leader returns", func() error { return <-gaveUp }), context.Canceled)
 	cancels[1]() // another caller gives up: it returns at once
 	require.ErrorIs(t, within(t, "a given-up caller returns", func() error { return <-gaveUp }), context.Canceled)
 	open2()
 	wg.Wait()
-	require.NotNil(t, leases[0], "the leader, whose context ended during the call, got its lease")
-	require.NotNil(t, leases[2])
+	require.NotNil(t, kept)
 
 	acquires, _, ctxDone := s.calls()
 	require.Equal(t, [][]string{{"first"}, {"n0", "n1", "n2"}}, acquires, "the given-up queued call was not sent")
 	require.False(t, ctxDone[1], "the shared call ran under a context that did not end")
-	require.Eventually(t, func() bool {
-		g, err := m.Get(ctx, "n1")
-		return err == nil && g.EndReason == store.LeaseReleased
-	}, 10*time.Second, time.Millisecond, "the abandoned grant is released")
-	_, releases, _ := s.calls()
-	require.Contains(t, releases, []string{"n1"})
-	for _, l := range []*lease.Lease{leases[0], leases[2]} {
-		require.NoError(t, l.Release(ctx))
+	for _, name := range []string{"n0", "n1"} {
+		require.Eventually(t, func() bool {
+			g, err := m.Get(ctx, name)
+			return err == nil && g.EndReason == store.LeaseReleased
+		}, 10*time.Second, time.Millisecond, "the abandoned grant of %s is released", name)
 	}
+	_, releases, _ := s.calls()
+	require.Contains(t, releases, []string{"n0", "n1"})
+	require.NoError(t, kept.Release(ctx))
 }
 
 // TestBatchesAreBounded: 250 acquires queued behind one in flight go in

@@ -54,7 +54,9 @@
 // the TTL plus a random jitter (up to 1 s, at most a tenth of the TTL), on
 // monotonic timers. A failed renewal is retried with exponential backoff
 // until the local deadline; a refusal ends the lease at once. TryRenewNow
-// renews on demand; Release and Close stop the loop and release. A
+// renews on demand, bounded by its context and the local deadline (a
+// backend call that hangs never holds the loop past the lease's end);
+// Release and Close stop the loop and release. A
 // backend notice that the name was freed (a force-release) makes the loop
 // renew at once, so the holder learns it lost the name without waiting.
 //
@@ -104,8 +106,10 @@
 // it would have had alone, so many goroutines cost a few statements and
 // commits per round rather than one each. A call that finds nothing in
 // flight goes at once, alone; bad input never joins a batch; a caller whose
-// context ends returns at once without failing the others. The memory
-// backend answers in process and is called directly.
+// context ends returns at once without failing the others, the one that
+// leads a shared call too (the call goes on in a goroutine the Manager
+// waits for, and a grant nobody waits for any more is released). The
+// memory backend answers in process and is called directly.
 //
 // Three refinements keep the statements few and full when many goroutines
 // take turns. A leader whose batch the callers answered a moment before are
@@ -125,10 +129,12 @@
 //
 // New gives a working Manager; Start adds the notice watch and the
 // maintenance loop (CleanupExpired and the history retention, every
-// CleanupInterval), and Stop releases every lease this process holds, then
-// stops and waits for every goroutine, the subscriptions' included (a
-// subscriber gets ReleaseTimeout to receive what is queued; the rest is
-// dropped). Stop is safe before Start and twice. A Release ends the lease
+// CleanupInterval), and Stop waits for the acquire attempts in flight,
+// releases every lease this process holds, then stops and waits for every
+// goroutine, the subscriptions' included (a subscriber gets ReleaseTimeout
+// to receive what is queued; the rest is dropped): once it returns, the
+// Manager holds nothing in the backend but leases whose release failed.
+// Stop is safe before Start and twice. A Release ends the lease
 // locally (Done, Context) before it frees the name in the backend, so a
 // holder's Context never overlaps the next holder's.
 // On PostgreSQL a release commits without waiting for its WAL flush: after

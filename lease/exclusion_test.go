@@ -148,6 +148,9 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 						case errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrTimeout):
 							count("held")
 							continue
+						case errors.Is(err, lease.ErrExpired): // a TryAcquire slower than its TTL less the margin
+							count("late")
+							continue
 						case err != nil:
 							t.Error(err)
 							return
@@ -225,8 +228,9 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 		for k, iv := range intervals {
 			require.False(t, iv.end.IsZero(), "%s never ended", k)
 			if iv.start.IsZero() || iv.end.Before(iv.start) {
-				// Over (its local deadline passed during a slow acquire)
-				// before its holder had it, or before it looked.
+				// Over (its local deadline passed during a slow acquire,
+				// and it was released) before its holder had it, or over
+				// before it looked.
 				empty++
 				continue
 			}

@@ -46,6 +46,14 @@ func OnFreed(m *Manager, f func(name string)) { m.testHooks.freed = f }
 // Context was cancelled (under the lease's lock: f must not call it).
 func OnEnded(m *Manager, f func(name string, fence int64, err error)) { m.testHooks.ended = f }
 
+// OnLate makes m call f whenever an acquire attempt returned a grant past
+// its lease's local deadline, before it releases it.
+func OnLate(m *Manager, f func(name string, fence int64)) { m.testHooks.late = f }
+
+// OnDrain makes m's Stop call f when it starts to wait for the acquire
+// attempts in flight.
+func OnDrain(m *Manager, f func()) { m.testHooks.drain = f }
+
 // SetListPage sets how many holdings m lists per statement.
 func SetListPage(m *Manager, n int) { m.listPage = n }
 

@@ -30,7 +30,8 @@ type Lease struct {
 	start       time.Time // local: when the acquire attempt started
 	obsEnd      func()    // the Observer's end of the holding; nil without one
 
-	renewMu sync.Mutex // one renewal at a time
+	renewMu   sync.Mutex    // one renewal at a time
+	releasing chan struct{} // capacity 1: held by the Release in progress
 
 	mu         sync.Mutex
 	renewedAt  time.Time // by the backend's clock
@@ -137,7 +138,7 @@ func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duratio
 		m: m, name: g.Name, owner: g.Owner, fence: g.Fence, acquiredAt: g.AcquiredAt,
 		ttl: ttl, margin: m.marginFor(ttl), maxRenewals: g.MaxRenewals, kind: kind, start: start,
 		renewedAt: g.RenewedAt, expiresAt: g.ExpiresAt, renewals: g.Renewals,
-		over: make(chan struct{}),
+		over: make(chan struct{}), releasing: make(chan struct{}, 1),
 	}
 	l.deadline = start.Add(ttl - l.margin)
 	if m.observer != nil {
@@ -313,11 +314,23 @@ func renewFailure(err error) error {
 // did not mark it expired, it was not force-released), the backend records
 // it as released; that also frees at once a holding whose local deadline
 // passed but whose backend expiry has not. A second Release returns an
-// error matching ErrReleased; Close does not. If the release could not
-// reach the backend, the lease is over all the same (its holder gave it
+// error matching ErrReleased; Close does not. Concurrent Releases take
+// turns: one releases, the others wait for its outcome (or their ctx) and
+// then return ErrReleased, or try again if it failed. If the release could
+// not reach the backend, the lease is over all the same (its holder gave it
 // up) and the error is returned: call Release again to retry, or let the
 // lease expire.
 func (l *Lease) Release(ctx context.Context) error {
+	select {
+	case l.releasing <- struct{}{}:
+	default:
+		select {
+		case l.releasing <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("lease: release %s: %w", quote(l.name), ctx.Err())
+		}
+	}
+	defer func() { <-l.releasing }()
 	l.stopKeepAlive()
 	l.mu.Lock()
 	again, inDB := l.released, l.releasedDB

@@ -17,8 +17,15 @@ import (
 type keepAlive struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
-	poke     chan struct{}   // capacity 1: renew now (a notice said the name was freed)
-	requests chan chan error // TryRenewNow: renew once now and answer
+	poke     chan struct{}     // capacity 1: renew now (a notice said the name was freed)
+	requests chan renewRequest // TryRenewNow: renew once now and answer
+}
+
+// renewRequest is a TryRenewNow for the loop: renew once, within the
+// caller's ctx, and answer on reply (capacity 1).
+type renewRequest struct {
+	ctx   context.Context
+	reply chan error
 }
 
 // KeepAlive starts renewing the lease in the background, which makes it a
@@ -41,7 +48,8 @@ func (l *Lease) KeepAlive() error {
 	if l.keepAlive != nil {
 		return nil
 	}
-	// No loop starts once Stop began: Stop waits for the loops.
+	// No loop starts once Stop began: Stop waits for the loops, and ends
+	// those it does not stop by releasing their leases (loopCtx).
 	l.m.qmu.Lock()
 	if l.m.isStopping() {
 		l.m.qmu.Unlock()
@@ -49,12 +57,13 @@ func (l *Lease) KeepAlive() error {
 	}
 	l.m.loops.Add(1)
 	l.m.qmu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	k := &keepAlive{cancel: cancel, done: make(chan struct{}), poke: make(chan struct{}, 1), requests: make(chan chan error)}
+	ctx, cancel := context.WithCancel(l.m.loopCtx)
+	k := &keepAlive{cancel: cancel, done: make(chan struct{}), poke: make(chan struct{}, 1), requests: make(chan renewRequest)}
 	l.keepAlive = k
 	go func() {
 		defer l.m.loops.Done()
 		defer close(k.done)
+		defer cancel() // frees ctx from loopCtx when the loop ends on its own
 		l.renewLoop(ctx, k)
 	}()
 	return nil
@@ -72,6 +81,17 @@ func (l *Lease) stopKeepAlive() {
 	<-k.done
 }
 
+// dropKeepAlive stops the keep-alive, if one runs, and leaves the lease as
+// if none had run (without one, it ends at its local deadline with
+// ErrExpired): AcquireAll keeps the leases it took renewed only while it
+// waits for the others.
+func (l *Lease) dropKeepAlive() {
+	l.stopKeepAlive()
+	l.mu.Lock()
+	l.keepAlive = nil
+	l.mu.Unlock()
+}
+
 // poke makes a running keep-alive renew now.
 func (l *Lease) poke() {
 	l.mu.Lock()
@@ -87,7 +107,8 @@ func (l *Lease) poke() {
 
 // TryRenewNow renews the lease once, now, and returns the outcome: through
 // the keep-alive, which then counts its next renewal from this one, or
-// directly (Renew) when none runs.
+// directly (Renew) when none runs. The renewal is bounded by ctx and by the
+// lease's local deadline. On a lease that is over it returns why at once.
 func (l *Lease) TryRenewNow(ctx context.Context) error {
 	l.mu.Lock()
 	k := l.keepAlive
@@ -95,20 +116,25 @@ func (l *Lease) TryRenewNow(ctx context.Context) error {
 	if k == nil {
 		return l.Renew(ctx)
 	}
-	reply := make(chan error, 1)
+	over := func() error { return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.Err()) }
+	req := renewRequest{ctx: ctx, reply: make(chan error, 1)}
 	select {
-	case k.requests <- reply:
+	case k.requests <- req:
+	case <-l.over:
+		return over()
 	case <-k.done:
-		if err := l.Err(); err != nil {
-			return fmt.Errorf("lease: renew %s: %w", quote(l.name), err)
+		if l.Err() != nil {
+			return over()
 		}
-		return l.Renew(ctx)
+		return l.Renew(ctx) // the keep-alive was dropped (AcquireAll)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	select {
-	case err := <-reply:
+	case err := <-req.reply:
 		return err
+	case <-l.over:
+		return over()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -144,20 +170,20 @@ func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
 	timer := time.NewTimer(l.nextRenewal())
 	defer timer.Stop()
 	for {
-		var reply chan error
+		var req renewRequest
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.over:
 			return
 		case <-k.poke:
-		case reply = <-k.requests:
+		case req = <-k.requests:
 		case <-timer.C:
 		}
 		var err error
-		if reply != nil {
-			err = l.Renew(ctx)
-			reply <- err
+		if req.reply != nil {
+			err = l.renewOnce(ctx, req.ctx)
+			req.reply <- err
 		} else {
 			err = l.renewRetrying(ctx)
 		}
@@ -179,6 +205,24 @@ func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
 		timer.Stop()
 		timer.Reset(l.nextRenewal())
 	}
+}
+
+// renewOnce renews the lease once for TryRenewNow, bounded by the loop's
+// context, the caller's and the local deadline: a backend call that hangs
+// cannot hold the loop (nor Stop) past the lease's end.
+func (l *Lease) renewOnce(ctx, caller context.Context) error {
+	left := l.Remaining()
+	if left <= 0 {
+		l.onDeadline() // passed, its timer not yet fired
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("lease: renew %s: %w", quote(l.name), err)
+		}
+		left = l.Remaining() // renewed meanwhile (Renew)
+	}
+	rctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	defer context.AfterFunc(caller, cancel)()
+	return l.Renew(rctx)
 }
 
 // renewRetrying renews the lease, retrying transient errors with exponential

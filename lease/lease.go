@@ -234,8 +234,11 @@ type Manager struct {
 	refLocal time.Time                    // local
 	held     map[string]*Lease            // this Manager's live leases, by name: the latest
 	live     map[*Lease]struct{}          // every live lease (one superseded unknowingly too)
-	stopping chan struct{}                // closed by Stop
-	stopOnce sync.Once
+	life     context.Context              // cancelled (cause ErrStopped) by Stop, under qmu
+	endLife  context.CancelCauseFunc
+	stopping <-chan struct{} // life.Done(): closed by Stop
+	attempts sync.WaitGroup  // acquire attempts in flight; Add under qmu, before Stop
+	bg       sync.WaitGroup  // withdrawals of announcements; Add under qmu, before Stop
 
 	subMu   sync.Mutex
 	subs    []*Subscription
@@ -250,6 +253,9 @@ type Manager struct {
 	wg      sync.WaitGroup // Start's goroutines
 	loops   sync.WaitGroup // the leases' keep-alive loops
 	runs    sync.WaitGroup // the calls of Run
+
+	loopCtx  context.Context         // the parent of the keep-alive loops' contexts
+	endLoops context.CancelCauseFunc // called by Stop once it released every live lease
 
 	acquires *batcher[store.AcquireLeaseRequest, store.AcquireLeaseResult] // coalesce.go
 	releases *batcher[store.LeaseHolding, error]
@@ -268,6 +274,8 @@ type testHooks struct {
 	holding func(name string)                         // the head of name holds back for a rival
 	ended   func(name string, fence int64, err error) // a lease ended (Done closed, Context cancelled)
 	freed   func(name string)                         // the backend noticed that a holding of name ended
+	drain   func()                                    // Stop waits for the acquire attempts in flight
+	late    func(name string, fence int64)            // an attempt outlasted its lease's local deadline: released
 }
 
 // New returns a Manager on s. It returns an error naming the field when cfg
@@ -304,7 +312,6 @@ func New(s Store, cfg *Config) (*Manager, error) {
 		rivals:           map[string]map[string]*rival{},
 		held:             map[string]*Lease{},
 		live:             map[*Lease]struct{}{},
-		stopping:         make(chan struct{}),
 		subDrop:          make(chan struct{}),
 		listPage:         store.MaxListLimit,
 	}
@@ -348,6 +355,9 @@ func New(s Store, cfg *Config) (*Manager, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
+	m.life, m.endLife = context.WithCancelCause(context.Background())
+	m.stopping = m.life.Done()
+	m.loopCtx, m.endLoops = context.WithCancelCause(context.Background())
 	m.newBatchers()
 	return m, nil
 }
@@ -387,13 +397,18 @@ func (m *Manager) Start(ctx context.Context) error {
 
 // Stop shuts the Manager down gracefully: blocked acquires return
 // ErrStopped, the functions of Run see their contexts end and Stop waits
-// for them to return, every lease this Manager holds is released (each release
-// bounded by Config.ReleaseTimeout; a lease whose release fails still ends
-// here and expires in the backend), the background goroutines are stopped
-// and waited for, and every Subscription delivers its remaining events
-// (for up to Config.ReleaseTimeout; what a subscriber has not received by
-// then is dropped), closes its C, and its goroutine is waited for. It is
-// safe before Start and twice.
+// for them to return, the acquire attempts in flight are waited for (each
+// bounded by its caller's context, or by Config.QueryTimeout when it shares
+// a backend call: an attempt granted once Stop began releases its grant and
+// fails with ErrStopped), every lease this Manager holds is released (each
+// release bounded by Config.ReleaseTimeout; a lease whose release fails
+// still ends here and expires in the backend), the keep-alive loops, the
+// background goroutines and the backend calls shared by several callers
+// are stopped and waited for, and every Subscription delivers its remaining
+// events (for up to Config.ReleaseTimeout; what a subscriber has not
+// received by then is dropped), closes its C, and its goroutine is waited
+// for. Once Stop returns, this Manager holds no lease in the backend but
+// those whose release failed. It is safe before Start and twice.
 func (m *Manager) Stop() {
 	m.lifeMu.Lock()
 	m.stopped = true
@@ -401,9 +416,13 @@ func (m *Manager) Stop() {
 	m.lifeMu.Unlock()
 
 	m.qmu.Lock()
-	m.stopOnce.Do(func() { close(m.stopping) }) // under qmu: no lease, loop or run starts after this
+	m.endLife(ErrStopped) // under qmu: no lease, loop, run, attempt or withdrawal starts after this
 	m.qmu.Unlock()
 	m.runs.Wait() // their functions return, then they release their leases
+	if m.testHooks.drain != nil {
+		m.testHooks.drain()
+	}
+	m.attempts.Wait() // each returned its lease (live: released below) or released it
 	m.qmu.Lock()
 	held := make([]*Lease, 0, len(m.live))
 	for l := range m.live {
@@ -422,11 +441,17 @@ func (m *Manager) Stop() {
 	}
 	wg.Wait()
 
+	// The loops left are those of leases already over, one maybe still in
+	// a backend call: end them.
+	m.endLoops(ErrStopped)
 	if cancel != nil {
 		cancel(ErrStopped)
 	}
 	m.wg.Wait()
 	m.loops.Wait()
+	m.bg.Wait()
+	m.acquires.close()
+	m.releases.close()
 	m.endSubscriptions()
 }
 

@@ -249,7 +249,7 @@ func TestBadInput(t *testing.T) {
 		released, err := m.TryAcquire(ctx, prefix+"released", &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
 		require.NoError(t, released.Release(ctx))
-		expired, err := m.TryAcquire(ctx, prefix+"expired", &lease.AcquireOpts{TTL: time.Millisecond})
+		expired, err := m.TryAcquire(ctx, prefix+"expired", &lease.AcquireOpts{TTL: 300 * time.Millisecond})
 		require.NoError(t, err)
 		wait(t, expired.Done(), "the short lease's local deadline")
 		require.Eventually(t, func() bool { held, err := m.IsHeld(ctx, expired.Name()); return err == nil && !held }, 10*time.Second, time.Millisecond)
@@ -896,4 +896,231 @@ func TestStopEndsASupersededLease(t *testing.T) {
 		require.Error(t, old.Err())
 		require.ErrorIs(t, cur.Err(), lease.ErrReleased)
 	})
+}
+
+// TestAcquireAllKeepsWhatItHoldsWhileItWaits: the leases AcquireAll took
+// are renewed while it waits for a later name, past their first local
+// deadline; it returns them all held, and (without KeepAlive) no longer
+// renewed: they then end at their local deadline.
+func TestAcquireAllKeepsWhatItHoldsWhileItWaits(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := memory.New(nil)
+	m := newListeningManager(t, s, &lease.Config{Owner: "alice", PollInterval: time.Hour})
+	other := newManager(t, s, &lease.Config{Owner: "bob"})
+	blocker, err := other.TryAcquire(ctx, "b", &lease.AcquireOpts{TTL: time.Hour})
+	require.NoError(t, err)
+	sub := m.Subscribe()
+	defer sub.Close()
+	type result struct {
+		ls  []*lease.Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ls, err := m.AcquireAll(ctx, []string{"b", "a"}, &lease.AcquireOpts{TTL: 300 * time.Millisecond})
+		done <- result{ls, err}
+	}()
+	renewals := 0
+	for renewals < 2 { // twice: past the local deadline of the grant
+		e := within(t, "an event of a", func() lease.Event { return <-sub.C() })
+		require.Equal(t, "a", e.Name)
+		switch e.Kind {
+		case lease.Acquired:
+		case lease.Renewed:
+			renewals++
+		default:
+			t.Fatalf("a ended while AcquireAll waited for b: %v", e.Err)
+		}
+	}
+	require.NoError(t, blocker.Release(ctx))
+	r := within(t, "AcquireAll", func() result { return <-done })
+	require.NoError(t, r.err)
+	require.Len(t, r.ls, 2)
+	for _, l := range r.ls {
+		require.NoError(t, l.Err(), l.Name())
+	}
+	a := r.ls[0]
+	wait(t, a.Done(), "a's local deadline, no longer renewed")
+	require.ErrorIs(t, a.Err(), lease.ErrExpired)
+	require.NoError(t, r.ls[1].Close(ctx))
+}
+
+// TestAcquireAllFailsWhenALeaseItHoldsEnds: a lease AcquireAll took ends
+// (force-released) while it waits for a later name: it stops waiting and
+// fails with that lease's error, and holds nothing.
+func TestAcquireAllFailsWhenALeaseItHoldsEnds(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := memory.New(nil)
+	m := newListeningManager(t, s, &lease.Config{Owner: "alice", PollInterval: time.Hour})
+	other := newManager(t, s, &lease.Config{Owner: "bob"})
+	blocker, err := other.TryAcquire(ctx, "b", &lease.AcquireOpts{TTL: time.Hour})
+	require.NoError(t, err)
+	paused := make(chan struct{})
+	var once sync.Once
+	lease.OnPaused(m, func(string) { once.Do(func() { close(paused) }) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.AcquireAll(ctx, []string{"a", "b"}, &lease.AcquireOpts{TTL: time.Hour})
+		done <- err
+	}()
+	wait(t, paused, "AcquireAll holds a and waits for b")
+	_, err = other.ForceRelease(ctx, m.Owner()) // a, as an operator would: the notice ends it
+	require.NoError(t, err)
+	err = within(t, "AcquireAll", func() error { return <-done })
+	require.ErrorIs(t, err, lease.ErrForceReleased)
+	require.ErrorContains(t, err, `"a" ended`)
+	mine, err := m.ListByOwner(ctx, m.Owner())
+	require.NoError(t, err)
+	require.Empty(t, mine)
+	require.NoError(t, blocker.Close(ctx))
+}
+
+// lateStore makes its next late acquires return after the Manager's
+// clock (now) moved an hour, as if each had taken that long.
+type lateStore struct {
+	*memory.Store
+	skew atomic.Int64
+	late atomic.Int32 // how many acquires to come are late
+}
+
+func (s *lateStore) now() time.Time { return time.Now().Add(time.Duration(s.skew.Load())) }
+
+func (s *lateStore) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
+	res := s.Store.AcquireLeases(ctx, reqs, p)
+	if s.late.Add(-1) >= 0 {
+		s.skew.Add(int64(time.Hour))
+	}
+	return res
+}
+
+// TestALateGrantIsNotHandedBack: an acquire attempt that outlasted the
+// lease's local deadline does not return a lease that is over: TryAcquire
+// fails with ErrExpired, Acquire tries again; the late grant is released.
+func TestALateGrantIsNotHandedBack(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := &lateStore{Store: memory.New(nil)}
+	m := newManager(t, s, &lease.Config{Owner: "alice", Now: s.now})
+	s.late.Store(1)
+	_, err := m.TryAcquire(ctx, "x", &lease.AcquireOpts{TTL: time.Minute})
+	require.ErrorIs(t, err, lease.ErrExpired)
+	info, err := m.Get(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, store.LeaseReleased, info.EndReason, "the late grant was released")
+
+	s.late.Store(1)
+	l, err := m.Acquire(ctx, "x", &lease.AcquireOpts{TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, l.Err())
+	require.Positive(t, l.Remaining())
+	require.Equal(t, info.Fence+2, l.Fence(), "the second grant of the retry")
+	require.NoError(t, l.Close(ctx))
+}
+
+// TestConcurrentReleasesOneWins: of Releases of one lease made at once,
+// one returns nil and the others ErrReleased.
+func TestConcurrentReleasesOneWins(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newGatedStore()
+	m := newManager(t, s, &lease.Config{Owner: "alice"})
+	l, err := m.TryAcquire(ctx, "x", nil)
+	require.NoError(t, err)
+	entered, open := s.hold(false)
+	t.Cleanup(open) // before Stop, should the test fail
+	const n = 5
+	errs := make(chan error, n)
+	go func() { errs <- l.Release(ctx) }()
+	wait(t, entered, "the first release is in flight")
+	var started sync.WaitGroup
+	for range n - 1 {
+		started.Add(1)
+		go func() {
+			started.Done()
+			errs <- l.Release(ctx)
+		}()
+	}
+	started.Wait()
+	open()
+	var ok, again int
+	for range n {
+		switch err := within(t, "a release", func() error { return <-errs }); {
+		case err == nil:
+			ok++
+		case errors.Is(err, lease.ErrReleased):
+			again++
+		default:
+			t.Fatal(err)
+		}
+	}
+	require.Equal(t, []int{1, n - 1}, []int{ok, again})
+}
+
+// TestAcquireTimeoutIsNotTheCallersDeadline: a blocking acquire ended by
+// its caller's deadline reports context.DeadlineExceeded, not ErrTimeout,
+// which is for AcquireOpts.Timeout.
+func TestAcquireTimeoutIsNotTheCallersDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := memory.New(nil)
+	m := newManager(t, s, &lease.Config{Owner: "alice", PollInterval: 20 * time.Millisecond})
+	other := newManager(t, s, &lease.Config{Owner: "bob"})
+	h, err := other.TryAcquire(ctx, "x", &lease.AcquireOpts{TTL: time.Hour})
+	require.NoError(t, err)
+	dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = m.Acquire(dctx, "x", &lease.AcquireOpts{Timeout: time.Hour})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, lease.ErrTimeout)
+	_, err = m.AcquireAll(dctx, []string{"w", "x"}, &lease.AcquireOpts{Timeout: time.Hour})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, lease.ErrTimeout)
+	_, err = m.AcquireAll(ctx, []string{"w", "x"}, &lease.AcquireOpts{Timeout: 100 * time.Millisecond})
+	require.ErrorIs(t, err, lease.ErrTimeout)
+	require.NoError(t, h.Close(ctx))
+}
+
+// gateOnName holds the acquire calls that carry name until open closes;
+// entered closes when the first arrives.
+type gateOnName struct {
+	lease.Store
+	name          string
+	entered, open chan struct{}
+	once          sync.Once
+}
+
+func (s *gateOnName) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
+	for _, r := range reqs {
+		if r.Name == s.name {
+			s.once.Do(func() { close(s.entered) })
+			<-s.open
+		}
+	}
+	return s.Store.AcquireLeases(ctx, reqs, p)
+}
+
+// TestTryAcquireAllFailsWhenALeaseItHoldsEnds: a lease TryAcquireAll took
+// ends while it acquires the next name: it fails with that lease's error
+// and releases what it took.
+func TestTryAcquireAllFailsWhenALeaseItHoldsEnds(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := &gateOnName{Store: memory.New(nil), name: "b", entered: make(chan struct{}), open: make(chan struct{})}
+	m := newManager(t, s, &lease.Config{Owner: "alice"})
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.TryAcquireAll(ctx, []string{"a", "b"}, &lease.AcquireOpts{TTL: time.Hour})
+		done <- err
+	}()
+	wait(t, s.entered, "a is held, b's acquire in flight")
+	_, err := m.ForceRelease(ctx, m.Owner())
+	require.NoError(t, err)
+	close(s.open)
+	err = within(t, "TryAcquireAll", func() error { return <-done })
+	require.ErrorIs(t, err, lease.ErrForceReleased)
+	mine, err := m.ListByOwner(ctx, m.Owner())
+	require.NoError(t, err)
+	require.Empty(t, mine, "b was released")
 }

@@ -154,15 +154,8 @@ func (m *Manager) runLeading(ctx context.Context, l *Lease, fn func(ctx context.
 	defer cancel(nil)
 	stopLease := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
 	defer stopLease()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-m.stopping:
-			cancel(ErrStopped)
-		case <-done:
-		}
-	}()
+	stopManager := context.AfterFunc(m.life, func() { cancel(ErrStopped) })
+	defer stopManager()
 	return fn(fctx, l)
 }
 

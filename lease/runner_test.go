@@ -1,12 +1,14 @@
 package lease_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -368,4 +370,173 @@ func TestStopDropsWhatASubscriberDoesNotRead(t *testing.T) {
 	require.Zero(t, n, "the stuck subscriber's queue was dropped")
 	stuck.Close()
 	reader.Close()
+}
+
+// hangStore makes every renewal hang, once hang is called, until its
+// context ends; entered receives each hung call as it starts.
+type hangStore struct {
+	*memory.Store
+	hanging atomic.Bool
+	entered chan struct{} // capacity 1
+	ended   chan error    // capacity 16: each hung call's context error
+}
+
+func newHangStore() *hangStore {
+	return &hangStore{Store: memory.New(nil), entered: make(chan struct{}, 1), ended: make(chan error, 16)}
+}
+
+func (s *hangStore) RenewLease(ctx context.Context, name, owner string, fence int64, p *store.RenewLeaseParams) (store.NamedLease, error) {
+	if !s.hanging.Load() {
+		return s.Store.RenewLease(ctx, name, owner, fence, p)
+	}
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	s.ended <- ctx.Err()
+	return store.NamedLease{}, ctx.Err()
+}
+
+// TestTryRenewNowIsBoundedByTheLocalDeadline: a TryRenewNow whose backend
+// call hangs (a black-holed database) and whose context has no end stops at
+// the lease's local deadline: the keep-alive is free again, ends the lease
+// (ErrLost) and releases it, and Stop returns.
+func TestTryRenewNowIsBoundedByTheLocalDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newHangStore()
+	m, err := lease.New(s, &lease.Config{Owner: "runner"})
+	require.NoError(t, err)
+	l, err := m.Hold(ctx, "job", &lease.AcquireOpts{TTL: 300 * time.Millisecond})
+	require.NoError(t, err)
+	s.hanging.Store(true)
+	err = within(t, "TryRenewNow", func() error { return l.TryRenewNow(ctx) })
+	require.Error(t, err)
+	wait(t, l.Done(), "the local deadline")
+	require.ErrorIs(t, l.Err(), lease.ErrLost)
+	require.ErrorIs(t, within(t, "the hung renewal ends", func() error { return <-s.ended }), context.DeadlineExceeded)
+	require.Eventually(t, func() bool {
+		info, err := s.GetLease(ctx, "job", nil)
+		return err == nil && info.EndReason == store.LeaseReleased
+	}, 10*time.Second, time.Millisecond, "the keep-alive, out of the renewal, released the lost lease")
+	within(t, "Stop", func() bool { m.Stop(); return true })
+}
+
+// TestStopEndsAKeepAliveStuckInARenewal: a lease that ended (here: its own
+// Manager force-released it) while its keep-alive waits for a renewal that
+// hangs is not among the live leases Stop releases; Stop ends that loop
+// all the same and returns. TryRenewNow on the lease returns its end at once
+// rather than wait for the stuck loop.
+func TestStopEndsAKeepAliveStuckInARenewal(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newHangStore()
+	m, err := lease.New(s, &lease.Config{Owner: "runner"})
+	require.NoError(t, err)
+	l, err := m.Hold(ctx, "job", &lease.AcquireOpts{TTL: time.Hour})
+	require.NoError(t, err)
+	s.hanging.Store(true)
+	renewed := make(chan error, 1)
+	go func() { renewed <- l.TryRenewNow(ctx) }() // bounded by an hour: the local deadline
+	wait(t, s.entered, "the keep-alive's renewal hangs")
+	_, err = m.ForceRelease(ctx, m.Owner())
+	require.NoError(t, err)
+	require.ErrorIs(t, l.Err(), lease.ErrForceReleased)
+	require.ErrorIs(t, within(t, "the pending TryRenewNow", func() error { return <-renewed }), lease.ErrForceReleased)
+	require.ErrorIs(t, within(t, "TryRenewNow of a lease that is over", func() error { return l.TryRenewNow(ctx) }), lease.ErrForceReleased)
+	within(t, "Stop", func() bool { m.Stop(); return true })
+	require.ErrorIs(t, <-s.ended, context.Canceled, "Stop cancelled the hung renewal")
+}
+
+// TestEndEventsAreDelivered: a lease that reaches its local deadline emits
+// Expired, one force-released emits ForceReleased, each after its Acquired
+// and exactly once, with its cause; none is dropped while the subscriber
+// does not read.
+func TestEndEventsAreDelivered(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		m := newManager(t, b.open(t), &lease.Config{Owner: t.Name()})
+		sub := m.Subscribe()
+		defer sub.Close()
+		p := t.Name() + "/"
+		forced, err := m.TryAcquire(ctx, p+"forced", &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		_, err = m.ForceRelease(ctx, m.Owner())
+		require.NoError(t, err)
+		short, err := m.TryAcquire(ctx, p+"short", &lease.AcquireOpts{TTL: 300 * time.Millisecond})
+		require.NoError(t, err)
+		wait(t, short.Done(), "the short lease's local deadline")
+		released, err := m.TryAcquire(ctx, p+"released", &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		require.NoError(t, released.Release(ctx)) // the last event: every one before it was queued
+
+		type got struct {
+			kind  lease.EventKind
+			fence int64
+		}
+		byName := map[string][]got{}
+		for e := range sub.C() {
+			switch e.Kind {
+			case lease.Expired:
+				require.ErrorIs(t, e.Err, lease.ErrExpired)
+			case lease.ForceReleased:
+				require.ErrorIs(t, e.Err, lease.ErrForceReleased)
+			}
+			byName[e.Name] = append(byName[e.Name], got{e.Kind, e.Fence})
+			if e.Name == p+"released" && e.Kind == lease.Released {
+				break
+			}
+		}
+		require.Equal(t, map[string][]got{
+			p + "short":    {{lease.Acquired, short.Fence()}, {lease.Expired, short.Fence()}},
+			p + "forced":   {{lease.Acquired, forced.Fence()}, {lease.ForceReleased, forced.Fence()}},
+			p + "released": {{lease.Acquired, released.Fence()}, {lease.Released, released.Fence()}},
+		}, byName)
+	})
+}
+
+// TestRunnerRenewsAtItsShareOfTheTTL: on synctest's fake clock, the runner
+// renews at RenewShare of the TTL after the grant, and then after each
+// renewal, plus a jitter of at most MaxJitter (and a tenth of the TTL).
+// The backend's times of the events (the memory store reads the fake clock)
+// give the intervals exactly.
+func TestRunnerRenewsAtItsShareOfTheTTL(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ttl    time.Duration
+		share  float64
+		jitter time.Duration // Config.MaxJitter; 0: the default
+		spread time.Duration // the jitter that applies
+	}{
+		{10 * time.Second, 0, 0, lease.DefaultMaxJitter}, // the defaults
+		{10 * time.Second, 0.25, 200 * time.Millisecond, 200 * time.Millisecond},
+		{time.Second, 0.5, 0, time.Second / 10}, // the jitter is capped at a tenth of the TTL
+	} {
+		t.Run(fmt.Sprint(c.ttl, "/", c.share), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				m, err := lease.New(memory.New(nil), &lease.Config{Owner: "runner", RenewShare: c.share, MaxJitter: c.jitter})
+				require.NoError(t, err)
+				defer m.Stop()
+				sub := m.Subscribe()
+				defer sub.Close()
+				l, err := m.Hold(ctx, "job", &lease.AcquireOpts{TTL: c.ttl})
+				require.NoError(t, err)
+				share := time.Duration(float64(c.ttl) * cmp.Or(c.share, lease.DefaultRenewShare))
+				require.Equal(t, lease.Acquired, (<-sub.C()).Kind)
+				last := l.AcquiredAt()
+				for range 5 {
+					e := <-sub.C()
+					require.Equal(t, lease.Renewed, e.Kind)
+					took := e.At.Sub(last)
+					require.GreaterOrEqual(t, took, share, "renewed before its share of the TTL")
+					require.LessOrEqual(t, took, share+c.spread, "renewed after its share of the TTL and the jitter")
+					last = e.At
+				}
+				require.NoError(t, l.Release(ctx))
+			})
+		})
+	}
 }
