@@ -52,7 +52,9 @@ var (
 	ErrLeaseNotFound = store.ErrLeaseNotFound
 	// ErrExpired is why a lease ended when its expiry passed: its local
 	// deadline passed without a renewal, or the backend refused a renewal
-	// because the expiry had passed by its clock.
+	// because the expiry had passed by its clock. A TryAcquire whose
+	// attempt outlasted the lease's local deadline fails with it too (the
+	// grant is released).
 	ErrExpired = store.ErrExpired
 	// ErrReleased is why a lease ended when its holder released it, and the
 	// error of a second Release.
