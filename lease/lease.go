@@ -322,25 +322,25 @@ func New(s Store, cfg *Config) (*Manager, error) {
 	}
 	switch {
 	case m.maxTTL < time.Microsecond || m.maxTTL > store.MaxTTL:
-		return nil, fmt.Errorf("lease: Config.MaxTTL %v must be in [1µs, %v]", cfg.MaxTTL, store.MaxTTL)
+		return nil, fmt.Errorf("lease: Config.MaxTTL %v must be in [1µs, %v]: %w", cfg.MaxTTL, store.MaxTTL, store.ErrInvalidArgument)
 	case m.defaultTTL < time.Microsecond || m.defaultTTL > m.maxTTL:
-		return nil, fmt.Errorf("lease: Config.DefaultTTL %v must be in [1µs, MaxTTL %v]", cfg.DefaultTTL, m.maxTTL)
+		return nil, fmt.Errorf("lease: Config.DefaultTTL %v must be in [1µs, MaxTTL %v]: %w", cfg.DefaultTTL, m.maxTTL, store.ErrInvalidArgument)
 	case m.maxRenewals < 0:
-		return nil, fmt.Errorf("lease: Config.MaxRenewals %d must not be negative", cfg.MaxRenewals)
+		return nil, fmt.Errorf("lease: Config.MaxRenewals %d must not be negative: %w", cfg.MaxRenewals, store.ErrInvalidArgument)
 	case !(m.renewShare > 0 && m.renewShare < 1): // NaN too
-		return nil, fmt.Errorf("lease: Config.RenewShare %v must be in (0, 1)", cfg.RenewShare)
+		return nil, fmt.Errorf("lease: Config.RenewShare %v must be in (0, 1): %w", cfg.RenewShare, store.ErrInvalidArgument)
 	case m.maxJitter < 0:
-		return nil, fmt.Errorf("lease: Config.MaxJitter %v must not be negative", cfg.MaxJitter)
+		return nil, fmt.Errorf("lease: Config.MaxJitter %v must not be negative: %w", cfg.MaxJitter, store.ErrInvalidArgument)
 	case m.safetyMargin < 0:
-		return nil, fmt.Errorf("lease: Config.SafetyMargin %v must not be negative", cfg.SafetyMargin)
+		return nil, fmt.Errorf("lease: Config.SafetyMargin %v must not be negative: %w", cfg.SafetyMargin, store.ErrInvalidArgument)
 	case m.pollInterval < 0:
-		return nil, fmt.Errorf("lease: Config.PollInterval %v must not be negative", cfg.PollInterval)
+		return nil, fmt.Errorf("lease: Config.PollInterval %v must not be negative: %w", cfg.PollInterval, store.ErrInvalidArgument)
 	case m.handoffGrace < 0:
-		return nil, fmt.Errorf("lease: Config.HandoffGrace %v must not be negative", cfg.HandoffGrace)
+		return nil, fmt.Errorf("lease: Config.HandoffGrace %v must not be negative: %w", cfg.HandoffGrace, store.ErrInvalidArgument)
 	case m.queryTimeout < 0:
-		return nil, fmt.Errorf("lease: Config.QueryTimeout %v must not be negative", cfg.QueryTimeout)
+		return nil, fmt.Errorf("lease: Config.QueryTimeout %v must not be negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
 	case m.releaseTimeout < 0:
-		return nil, fmt.Errorf("lease: Config.ReleaseTimeout %v must not be negative", cfg.ReleaseTimeout)
+		return nil, fmt.Errorf("lease: Config.ReleaseTimeout %v must not be negative: %w", cfg.ReleaseTimeout, store.ErrInvalidArgument)
 	}
 	if m.owner == "" {
 		host, _ := os.Hostname()

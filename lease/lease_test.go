@@ -336,8 +336,10 @@ func TestLocalDeadlineEndsTheLease(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		s := b.open(t)
-		m := newManager(t, s, &lease.Config{Owner: "alice"})
-		l, err := m.TryAcquire(ctx, t.Name(), &lease.AcquireOpts{TTL: 300 * time.Millisecond})
+		// A margin wide enough that reading the database clock after the
+		// lease ended cannot outlast it on a loaded machine.
+		m := newManager(t, s, &lease.Config{Owner: "alice", SafetyMargin: time.Second})
+		l, err := m.TryAcquire(ctx, t.Name(), &lease.AcquireOpts{TTL: 1500 * time.Millisecond})
 		require.NoError(t, err)
 		lctx := l.Context()
 		wait(t, l.Done(), "the local deadline")

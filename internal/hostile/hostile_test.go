@@ -528,7 +528,7 @@ func TestHostileSchemaNames(t *testing.T) {
 // docs/reliability.md.)
 func configErr(t *testing.T, err error, field string) {
 	t.Helper()
-	require.Error(t, err)
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	require.ErrorContains(t, err, "Config."+field)
 }
 
