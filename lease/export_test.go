@@ -54,6 +54,10 @@ func OnLate(m *Manager, f func(name string, fence int64)) { m.testHooks.late = f
 // attempts in flight.
 func OnDrain(m *Manager, f func()) { m.testHooks.drain = f }
 
+// OnRenewWaits makes m call f whenever a renewal of one of its leases waits
+// for the renewal in progress.
+func OnRenewWaits(m *Manager, f func(name string)) { m.testHooks.renewWaits = f }
+
 // SetListPage sets how many holdings m lists per statement.
 func SetListPage(m *Manager, n int) { m.listPage = n }
 

@@ -30,7 +30,7 @@ type Lease struct {
 	start       time.Time // local: when the acquire attempt started
 	obsEnd      func()    // the Observer's end of the holding; nil without one
 
-	renewMu   sync.Mutex    // one renewal at a time
+	renewing  chan struct{} // capacity 1: held by the renewal in progress
 	releasing chan struct{} // capacity 1: held by the Release in progress
 
 	mu         sync.Mutex
@@ -138,7 +138,7 @@ func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duratio
 		m: m, name: g.Name, owner: g.Owner, fence: g.Fence, acquiredAt: g.AcquiredAt,
 		ttl: ttl, margin: m.marginFor(ttl), maxRenewals: g.MaxRenewals, kind: kind, start: start,
 		renewedAt: g.RenewedAt, expiresAt: g.ExpiresAt, renewals: g.Renewals,
-		over: make(chan struct{}), releasing: make(chan struct{}, 1),
+		over: make(chan struct{}), renewing: make(chan struct{}, 1), releasing: make(chan struct{}, 1),
 	}
 	l.deadline = start.Add(ttl - l.margin)
 	if m.observer != nil {
@@ -241,24 +241,44 @@ func endKind(cause error) EventKind {
 // expired, was superseded, released or force-released) ends the lease;
 // ErrMaxRenewals and transient errors (a lost connection) leave it as it
 // was, held until its local deadline.
+//
+// Renewals of a lease take turns (the keep-alive's too). Renew is bounded
+// by ctx, by the local deadline (a renewal that ends after it proves
+// nothing) and by the end of the lease: once the lease is over, Renew
+// returns why at once, whether it waits for its turn or for the backend.
 func (l *Lease) Renew(ctx context.Context) error {
-	l.renewMu.Lock()
-	defer l.renewMu.Unlock()
+	if err := l.takeTurn(ctx); err != nil {
+		return err
+	}
+	defer func() { <-l.renewing }()
 	if err := l.Err(); err != nil {
 		return fmt.Errorf("lease: renew %s: %w", quote(l.name), err)
 	}
 	l.mu.Lock()
 	ttl := l.ttl
+	left := l.deadline.Sub(l.m.now()) // fixed while this renewal has its turn
 	l.mu.Unlock()
+	if left <= 0 {
+		l.onDeadline() // passed, its timer not yet fired
+		return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.Err())
+	}
+	rctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	defer context.AfterFunc(l.Context(), cancel)()
 	start := l.m.now()
-	g, err := l.m.store.RenewLease(ctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.noHistory})
+	g, err := l.m.store.RenewLease(rctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.noHistory})
 	if obs := l.m.observer; obs != nil {
 		obs.Renew(ctx, l.kind, err)
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause != nil {
+		// Over locally in the meantime (released, or the deadline passed
+		// while the renewal was in flight): stay over.
+		return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.cause)
+	}
 	if err != nil {
 		err = fmt.Errorf("lease: %w", err)
-		l.mu.Lock()
-		defer l.mu.Unlock()
 		if cause := renewFailure(err); cause != nil {
 			if errors.Is(cause, ErrMaxRenewals) {
 				// The holding stays valid until its expiry; keep the
@@ -266,17 +286,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 				return err
 			}
 			l.endLocked(cause)
-		} else if ctx.Err() == nil || l.lastErr == nil {
+		} else if rctx.Err() == nil || l.lastErr == nil {
 			l.lastErr = err // keep the real failure over the deadline's cancellation
 		}
 		return err
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.cause != nil {
-		// Over locally in the meantime (the deadline passed while the
-		// renewal was in flight): stay over.
-		return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.cause)
 	}
 	l.renewedAt, l.expiresAt, l.renewals = g.RenewedAt, g.ExpiresAt, g.Renewals
 	l.lastErr = nil
@@ -284,6 +297,27 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.timer.Reset(max(l.deadline.Sub(l.m.now()), 0))
 	l.m.emit(l.event(Renewed, g.RenewedAt, nil))
 	return nil
+}
+
+// takeTurn waits for the renewal in progress, if any, to end, and takes
+// the turn (l.renewing); it gives up when ctx ends or the lease is over.
+func (l *Lease) takeTurn(ctx context.Context) error {
+	select {
+	case l.renewing <- struct{}{}:
+		return nil
+	default:
+	}
+	if l.m.testHooks.renewWaits != nil {
+		l.m.testHooks.renewWaits(l.name)
+	}
+	select {
+	case l.renewing <- struct{}{}:
+		return nil
+	case <-l.over:
+		return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.Err())
+	case <-ctx.Done():
+		return fmt.Errorf("lease: renew %s: %w", quote(l.name), ctx.Err())
+	}
 }
 
 // renewFailure returns the cause that ends a lease after a renewal failed

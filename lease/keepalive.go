@@ -107,8 +107,9 @@ func (l *Lease) poke() {
 
 // TryRenewNow renews the lease once, now, and returns the outcome: through
 // the keep-alive, which then counts its next renewal from this one, or
-// directly (Renew) when none runs. The renewal is bounded by ctx and by the
-// lease's local deadline. On a lease that is over it returns why at once.
+// directly (Renew) when none runs. Either way the renewal is bounded by ctx,
+// by the lease's local deadline and by its end (see Renew): on a lease that
+// is over, or that ends meanwhile, it returns why at once.
 func (l *Lease) TryRenewNow(ctx context.Context) error {
 	l.mu.Lock()
 	k := l.keepAlive
@@ -120,24 +121,29 @@ func (l *Lease) TryRenewNow(ctx context.Context) error {
 	req := renewRequest{ctx: ctx, reply: make(chan error, 1)}
 	select {
 	case k.requests <- req:
+		select {
+		case err := <-req.reply:
+			return err
+		case <-l.over:
+			return over()
+		case <-k.done:
+			select {
+			case err := <-req.reply: // answered, then ended
+				return err
+			default:
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	case <-l.over:
 		return over()
 	case <-k.done:
-		if l.Err() != nil {
-			return over()
-		}
-		return l.Renew(ctx) // the keep-alive was dropped (AcquireAll)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	select {
-	case err := <-req.reply:
-		return err
-	case <-l.over:
-		return over()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	// The keep-alive stopped without renewing (AcquireAll dropped it, or a
+	// Release stops it, and the lease ends meanwhile): renew directly.
+	return l.Renew(ctx)
 }
 
 // nextRenewal returns the pause before the next renewal: RenewShare of the
@@ -183,7 +189,9 @@ func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
 		var err error
 		if req.reply != nil {
 			err = l.renewOnce(ctx, req.ctx)
-			req.reply <- err
+			if ctx.Err() == nil { // else stopped: TryRenewNow sees k.done and goes on alone
+				req.reply <- err
+			}
 		} else {
 			err = l.renewRetrying(ctx)
 		}
@@ -208,25 +216,19 @@ func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
 }
 
 // renewOnce renews the lease once for TryRenewNow, bounded by the loop's
-// context, the caller's and the local deadline: a backend call that hangs
-// cannot hold the loop (nor Stop) past the lease's end.
+// context and the caller's (and, as every Renew, by the local deadline): a
+// backend call that hangs cannot hold the loop (nor Stop) past the lease's
+// end.
 func (l *Lease) renewOnce(ctx, caller context.Context) error {
-	left := l.Remaining()
-	if left <= 0 {
-		l.onDeadline() // passed, its timer not yet fired
-		if err := l.Err(); err != nil {
-			return fmt.Errorf("lease: renew %s: %w", quote(l.name), err)
-		}
-		left = l.Remaining() // renewed meanwhile (Renew)
-	}
-	rctx, cancel := context.WithTimeout(ctx, left)
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(caller, cancel)()
 	return l.Renew(rctx)
 }
 
 // renewRetrying renews the lease, retrying transient errors with exponential
-// backoff until the local deadline.
+// backoff until the local deadline (or until the loop is stopped, even while
+// a renewal of the holder's has the turn).
 func (l *Lease) renewRetrying(ctx context.Context) error {
 	left := l.Remaining()
 	if left <= 0 {

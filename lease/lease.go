@@ -269,15 +269,16 @@ type Manager struct {
 
 // testHooks are signals for the package's tests; nil outside them.
 type testHooks struct {
-	waiting func(name string, queued int)             // a waiter joined the queue of name
-	wanted  func(w store.LeaseWaiter)                 // another process announced a waiter
-	reset   func()                                    // the watch (re)started listening
-	paused  func(name string)                         // a blocked acquire found name held and waits
-	holding func(name string)                         // the head of name holds back for a rival
-	ended   func(name string, fence int64, err error) // a lease ended (Done closed, Context cancelled)
-	freed   func(name string)                         // the backend noticed that a holding of name ended
-	drain   func()                                    // Stop waits for the acquire attempts in flight
-	late    func(name string, fence int64)            // an attempt outlasted its lease's local deadline: released
+	waiting    func(name string, queued int)             // a waiter joined the queue of name
+	wanted     func(w store.LeaseWaiter)                 // another process announced a waiter
+	reset      func()                                    // the watch (re)started listening
+	paused     func(name string)                         // a blocked acquire found name held and waits
+	holding    func(name string)                         // the head of name holds back for a rival
+	ended      func(name string, fence int64, err error) // a lease ended (Done closed, Context cancelled)
+	freed      func(name string)                         // the backend noticed that a holding of name ended
+	drain      func()                                    // Stop waits for the acquire attempts in flight
+	late       func(name string, fence int64)            // an attempt outlasted its lease's local deadline: released
+	renewWaits func(name string)                         // a renewal of name waits for the one in progress
 }
 
 // New returns a Manager on s. It returns an error naming the field when cfg

@@ -415,7 +415,7 @@ func TestTryRenewNowIsBoundedByTheLocalDeadline(t *testing.T) {
 	require.Error(t, err)
 	wait(t, l.Done(), "the local deadline")
 	require.ErrorIs(t, l.Err(), lease.ErrLost)
-	require.ErrorIs(t, within(t, "the hung renewal ends", func() error { return <-s.ended }), context.DeadlineExceeded)
+	require.Error(t, within(t, "the hung renewal ends", func() error { return <-s.ended }), "at the local deadline, or with the lease that ends there")
 	require.Eventually(t, func() bool {
 		info, err := s.GetLease(ctx, "job", nil)
 		return err == nil && info.EndReason == store.LeaseReleased
@@ -425,9 +425,9 @@ func TestTryRenewNowIsBoundedByTheLocalDeadline(t *testing.T) {
 
 // TestStopEndsAKeepAliveStuckInARenewal: a lease that ended (here: its own
 // Manager force-released it) while its keep-alive waits for a renewal that
-// hangs is not among the live leases Stop releases; Stop ends that loop
-// all the same and returns. TryRenewNow on the lease returns its end at once
-// rather than wait for the stuck loop.
+// hangs is not among the live leases Stop releases; the renewal ends with
+// the lease (its context is cancelled), and Stop returns. TryRenewNow on
+// the lease returns its end at once rather than wait for the stuck loop.
 func TestStopEndsAKeepAliveStuckInARenewal(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -446,7 +446,85 @@ func TestStopEndsAKeepAliveStuckInARenewal(t *testing.T) {
 	require.ErrorIs(t, within(t, "the pending TryRenewNow", func() error { return <-renewed }), lease.ErrForceReleased)
 	require.ErrorIs(t, within(t, "TryRenewNow of a lease that is over", func() error { return l.TryRenewNow(ctx) }), lease.ErrForceReleased)
 	within(t, "Stop", func() bool { m.Stop(); return true })
-	require.ErrorIs(t, <-s.ended, context.Canceled, "Stop cancelled the hung renewal")
+	require.ErrorIs(t, <-s.ended, context.Canceled, "the hung renewal was cancelled")
+}
+
+// onRenewWaits returns a channel that closes when a renewal of one of m's
+// leases first waits for the renewal in progress.
+func onRenewWaits(m *lease.Manager) <-chan struct{} {
+	waits := make(chan struct{})
+	var once sync.Once
+	lease.OnRenewWaits(m, func(string) { once.Do(func() { close(waits) }) })
+	return waits
+}
+
+// TestAHungRenewalOfTheHolderDoesNotHoldUpStop: while a Renew of the
+// holder's own hangs in the backend (its context lasts an hour, and so does
+// the lease), the keep-alive's renewal (here asked for by TryRenewNow)
+// waits for its turn; Stop stops the keep-alive at once all the same,
+// releases the lease, and the hung Renew ends with the lease.
+func TestAHungRenewalOfTheHolderDoesNotHoldUpStop(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newHangStore()
+	m, err := lease.New(s, &lease.Config{Owner: "runner", ReleaseTimeout: time.Hour})
+	require.NoError(t, err)
+	waits := onRenewWaits(m)
+	l, err := m.Hold(ctx, "job", &lease.AcquireOpts{TTL: time.Hour})
+	require.NoError(t, err)
+	s.hanging.Store(true)
+	renewed := make(chan error, 1)
+	go func() { renewed <- l.Renew(ctx) }()
+	wait(t, s.entered, "the holder's renewal hangs")
+	tried := make(chan error, 1)
+	go func() { tried <- l.TryRenewNow(ctx) }()
+	wait(t, waits, "the keep-alive's renewal waits for its turn")
+	within(t, "Stop", func() bool { m.Stop(); return true })
+	require.ErrorIs(t, l.Err(), lease.ErrReleased)
+	info, err := s.GetLease(ctx, "job", nil)
+	require.NoError(t, err)
+	require.Equal(t, store.LeaseReleased, info.EndReason, "Stop released it")
+	require.ErrorIs(t, within(t, "the hung Renew", func() error { return <-renewed }), lease.ErrReleased)
+	require.ErrorIs(t, within(t, "TryRenewNow", func() error { return <-tried }), lease.ErrReleased)
+	require.ErrorIs(t, <-s.ended, context.Canceled, "the end of the lease cancelled the hung renewal")
+}
+
+// TestARenewalWithoutAKeepAliveIsBounded: without a keep-alive,
+// TryRenewNow renews directly, and like every Renew it is bounded by the
+// local deadline (a backend call that hangs, under a context with no end,
+// returns when the lease ends at its deadline) and by its context, also
+// while it waits for the turn of another renewal.
+func TestARenewalWithoutAKeepAliveIsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newHangStore()
+	m, err := lease.New(s, &lease.Config{Owner: "holder"})
+	require.NoError(t, err)
+	defer m.Stop()
+	waits := onRenewWaits(m)
+	short, err := m.TryAcquire(ctx, "short", &lease.AcquireOpts{TTL: 300 * time.Millisecond})
+	require.NoError(t, err)
+	long, err := m.TryAcquire(ctx, "long", &lease.AcquireOpts{TTL: time.Hour})
+	require.NoError(t, err)
+	s.hanging.Store(true)
+
+	require.Error(t, within(t, "TryRenewNow at the local deadline", func() error { return short.TryRenewNow(ctx) }))
+	wait(t, short.Done(), "the local deadline")
+	require.ErrorIs(t, short.Err(), lease.ErrExpired)
+	require.Error(t, within(t, "the hung renewal ends", func() error { return <-s.ended }), "at the deadline, or with the lease")
+
+	renewed := make(chan error, 1)
+	go func() { renewed <- long.Renew(ctx) }()
+	wait(t, s.entered, "the first renewal hangs")
+	tctx, cancel := context.WithCancel(ctx)
+	tried := make(chan error, 1)
+	go func() { tried <- long.TryRenewNow(tctx) }()
+	wait(t, waits, "TryRenewNow waits for its turn")
+	cancel()
+	require.ErrorIs(t, within(t, "TryRenewNow, its context ended", func() error { return <-tried }), context.Canceled)
+	require.NoError(t, long.Err(), "a renewal given up leaves the lease as it was")
+	require.NoError(t, long.Release(ctx))
+	require.ErrorIs(t, within(t, "the hung Renew", func() error { return <-renewed }), lease.ErrReleased)
 }
 
 // TestEndEventsAreDelivered: a lease that reaches its local deadline emits
