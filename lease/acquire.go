@@ -125,18 +125,18 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 		defer cancel()
 		_ = l.Close(rctx)
 	}
-	if l.Remaining() <= 0 {
+	if !m.register(l) {
+		free()
+		return nil, ErrStopped
+	}
+	if l.Remaining() <= 0 { // checked once registered: its timer may have fired before
 		// The attempt outlasted the local deadline: the lease is over (or
 		// about to be) as it arrives.
 		if m.testHooks.late != nil {
 			m.testHooks.late(name, g.Fence)
 		}
 		free()
-		return nil, fmt.Errorf("%w: %s: the attempt took longer than the TTL %v less the safety margin", ErrExpired, quote(name), ttl)
-	}
-	if !m.register(l) {
-		free()
-		return nil, ErrStopped
+		return nil, fmt.Errorf("%w: %s: %w (TTL %v)", ErrExpired, quote(name), errLateGrant, ttl)
 	}
 	if opts.KeepAlive {
 		if err := l.KeepAlive(); err != nil {
@@ -146,6 +146,10 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 	}
 	return l, nil
 }
+
+// errLateGrant is wrapped by the ErrExpired of an attempt whose grant came
+// past its lease's local deadline (and was released).
+var errLateGrant = errors.New("the attempt took longer than the TTL less the safety margin")
 
 // register adds l to the Manager's live leases; false if the Manager is
 // stopping.
@@ -309,6 +313,11 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 		case errors.Is(err, ErrStopped), store.IsInvalid(err), ctx.Err() != nil:
 			return nil, ended(err)
 		default:
+			if errors.Is(err, errLateGrant) {
+				// Releasing the late grant woke w, the first waiter: that
+				// is no news of the name, and the retry waits its pause.
+				w.drain()
+			}
 			pause = bo.NextBackOff()
 			m.logger.Warn("lease: acquire failed, retrying", slog.String("name", name), slog.Any("error", err), slog.Duration("pause", pause))
 		}
@@ -504,6 +513,14 @@ func (w *waiter) poke() {
 	}
 }
 
+// drain takes back a wake-up of w that is not acted on.
+func (w *waiter) drain() {
+	select {
+	case <-w.wake:
+	default:
+	}
+}
+
 // join queues a new waiter for name.
 func (m *Manager) join(name string) *waiter {
 	w := &waiter{wake: make(chan struct{}, 1), asked: m.now()}
@@ -524,19 +541,20 @@ func (m *Manager) join(name string) *waiter {
 
 // leave removes w from the queue of name and wakes the next waiter. When
 // the queue empties because w gave up, this process's announcement for
-// name is withdrawn, in the background (Stop ends it); when w acquired the
-// name, the others learn it from the name's holding (see refreshRivals).
+// name is withdrawn, in the background (see withdraw; Stop ends it); when w
+// acquired the name, the others learn it from the name's holding (see
+// refreshRivals).
 func (m *Manager) leave(name string, w *waiter, acquired bool) {
 	m.qmu.Lock()
 	q := m.queues[name]
 	i := slices.Index(q.waiters, w)
 	q.waiters = slices.Delete(q.waiters, i, i+1)
-	withdraw := false
+	withdraw, announced := false, q.announced
 	switch {
 	case len(q.waiters) == 0:
 		delete(m.queues, name)
 		m.forgetRivals(name)
-		withdraw = !acquired && !q.announced.IsZero() && !m.isStopping()
+		withdraw = !acquired && !announced.IsZero() && !m.isStopping()
 	case i == 0:
 		q.holding = false
 		q.waiters[0].poke()
@@ -550,8 +568,36 @@ func (m *Manager) leave(name string, w *waiter, acquired bool) {
 		// timeout passed, or its context ended); Stop ends it.
 		go func() {
 			defer m.bg.Done()
-			m.announce(m.life, store.LeaseWaiter{Name: name, Waiter: m.owner})
+			m.withdraw(name, announced)
 		}()
+	}
+}
+
+// withdraw withdraws this process's announcement for name, made at
+// announced (local), whose last waiter gave up. A new waiter of name may
+// have come since (the caller tried again at once), and its announcement
+// must not be undone by the withdrawal arriving after it: the others would
+// forget it. So the withdrawal is not sent when a queue of name exists (its
+// first waiter announces anew, or withdraws, in its turn: it takes the
+// announcement over), and a first waiter that announced while the
+// withdrawal was out announces again (as after missed notices) once the
+// withdrawal is through.
+func (m *Manager) withdraw(name string, announced time.Time) {
+	m.qmu.Lock()
+	if q := m.queues[name]; q != nil {
+		if q.announced.IsZero() {
+			q.announced = announced // so that it announces when it waits, or withdraws
+		}
+		m.qmu.Unlock()
+		return
+	}
+	m.qmu.Unlock()
+	m.announce(m.life, store.LeaseWaiter{Name: name, Waiter: m.owner})
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	if q := m.queues[name]; q != nil && !q.announced.IsZero() {
+		q.reply = true
+		q.waiters[0].poke()
 	}
 }
 

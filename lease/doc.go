@@ -54,9 +54,12 @@
 // the TTL plus a random jitter (up to 1 s, at most a tenth of the TTL), on
 // monotonic timers. A failed renewal is retried with exponential backoff
 // until the local deadline; a refusal ends the lease at once. TryRenewNow
-// renews on demand, bounded by its context and the local deadline (a
-// backend call that hangs never holds the loop past the lease's end);
-// Release and Close stop the loop and release. A
+// renews on demand. Renewals of a lease take turns, and every one (Renew,
+// TryRenewNow, the loop's) is bounded by its context, the local deadline
+// and the end of the lease, also while it waits for its turn: a backend
+// call that hangs, or a Renew of the holder's hung in one, never holds the
+// loop, Release or Stop past the lease's end. Release and Close stop the
+// loop and release. A
 // backend notice that the name was freed (a force-release) makes the loop
 // renew at once, so the holder learns it lost the name without waiting.
 //
@@ -94,7 +97,9 @@
 // waiter that knows of an older waiter elsewhere holds back for
 // HandoffGrace so that one takes it. One process alone never announces. A
 // waiter whose process died costs at most one grace, and its announcement
-// expires. Per-process FIFO queues merged by their first waiters' times
+// expires. A waiter that gives up withdraws its announcement in the
+// background; a withdrawal that arrives late never hides the process's next
+// waiter (it announces again). Per-process FIFO queues merged by their first waiters' times
 // give a global FIFO, to within the precision of those times (about a
 // round trip). TryAcquire does not queue: it takes a free name at once.
 //

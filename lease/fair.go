@@ -23,7 +23,10 @@ import (
 // wait (only if the holder is another process or a rival is known: a single
 // process never announces), one when the head changes, a refresh every
 // announceRefresh while it waits, a reply when a process announces itself
-// for the first time, and a withdrawal when the last waiter gives up. A
+// for the first time, and a withdrawal when the last waiter gives up. The
+// withdrawal goes in the background; it is not sent if a new waiter came
+// meanwhile, and a new head that announced while it was out announces
+// again once it is through, so a late withdrawal never hides a waiter. A
 // rival is forgotten when it is seen holding or having held the name (a
 // larger fence than it announced: the holding read by a failed try, or by
 // a plain read before and while holding back), when it withdraws, when its

@@ -1,8 +1,11 @@
 package lease_test
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,12 +13,14 @@ import (
 
 	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/memory"
 )
 
-// heardLog records the distinct announcements a Manager heard, per waiter.
+// heardLog records the announcements a Manager heard.
 type heardLog struct {
 	mu     sync.Mutex
 	since  map[string][]time.Time // waiter -> distinct Since values, in arrival order
+	all    []store.LeaseWaiter    // every announcement and withdrawal, in arrival order
 	signal chan struct{}
 }
 
@@ -26,6 +31,7 @@ func hearing(m *lease.Manager) *heardLog {
 		if !w.Withdrawn() && !slices.ContainsFunc(h.since[w.Waiter], w.Since.Equal) {
 			h.since[w.Waiter] = append(h.since[w.Waiter], w.Since)
 		}
+		h.all = append(h.all, w)
 		h.mu.Unlock()
 		select {
 		case h.signal <- struct{}{}:
@@ -38,18 +44,43 @@ func hearing(m *lease.Manager) *heardLog {
 // waitFor waits until h heard n distinct waiters (tickets) of owner.
 func (h *heardLog) waitFor(t *testing.T, owner string, n int) {
 	t.Helper()
+	h.waitUntil(t, fmt.Sprintf("%d announcements of %s", n, owner), func() bool { return len(h.since[owner]) >= n })
+}
+
+// waitForAfterWithdrawal waits until h heard a withdrawal of owner and,
+// after it, an announcement of owner.
+func (h *heardLog) waitForAfterWithdrawal(t *testing.T, owner string) {
+	t.Helper()
+	h.waitUntil(t, "an announcement of "+owner+" after its withdrawal", func() bool {
+		withdrawn := false
+		for _, w := range h.all {
+			switch {
+			case w.Waiter != owner:
+			case w.Withdrawn():
+				withdrawn = true
+			case withdrawn:
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// waitUntil waits until ok, called under h.mu, holds, for up to 10 s.
+func (h *heardLog) waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
 		h.mu.Lock()
-		got := len(h.since[owner])
+		done := ok()
 		h.mu.Unlock()
-		if got >= n {
+		if done {
 			return
 		}
 		select {
 		case <-h.signal:
 		case <-timeout:
-			t.Fatalf("heard %d announcements of %s, want %d", got, owner, n)
+			t.Fatalf("not heard within 10s: %s", what)
 		}
 	}
 }
@@ -147,6 +178,95 @@ func apart(t *testing.T, s lease.Store) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// gatedWithdrawal holds the first withdrawal of an announcement back until
+// open closes (a slow statement on another connection).
+type gatedWithdrawal struct {
+	*memory.Store
+	entered chan struct{} // closed when the first withdrawal starts
+	open    chan struct{}
+	once    atomic.Bool
+}
+
+func (s *gatedWithdrawal) AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) error {
+	if w.Withdrawn() && s.once.CompareAndSwap(false, true) {
+		close(s.entered)
+		select {
+		case <-s.open:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.AnnounceLeaseWaiter(ctx, w)
+}
+
+// TestALateWithdrawalDoesNotHideANewWaiter: an acquire that gave up
+// withdraws its process's announcement in the background; its caller tries
+// again at once, and the new waiter announces itself before the withdrawal
+// reaches the other process (held back here until then). The new waiter
+// announces itself again once the withdrawal is through, so the other
+// process still knows of it and, when the name is released, holds its own,
+// newer waiter back: the older gets the name first. p1's clock stands
+// still, so its waiter never refreshes its announcement (every 3 s) on its
+// own: only that second announcement can tell p2.
+func TestALateWithdrawalDoesNotHideANewWaiter(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	mem := memory.New(nil)
+	gated := &gatedWithdrawal{Store: mem, entered: make(chan struct{}), open: make(chan struct{})}
+	cfg := func(owner string) *lease.Config {
+		return &lease.Config{Owner: owner, PollInterval: time.Hour, HandoffGrace: time.Minute}
+	}
+	frozen := time.Now()
+	c1 := cfg("p1")
+	c1.Now = func() time.Time { return frozen }
+	p1 := newListeningManager(t, gated, c1)
+	p2 := newListeningManager(t, mem, cfg("p2"))
+	heard := hearing(p2)
+	paused := make(chan struct{})
+	var once sync.Once
+	lease.OnPaused(p2, func(string) { once.Do(func() { close(paused) }) })
+	const name = "x"
+	h, err := p2.TryAcquire(ctx, name, &lease.AcquireOpts{TTL: time.Hour})
+	require.NoError(t, err)
+
+	_, err = acquireWithin(t, "the acquire that gives up", func() (*lease.Lease, error) {
+		return p1.Acquire(ctx, name, &lease.AcquireOpts{TTL: time.Hour, Timeout: 100 * time.Millisecond})
+	})
+	require.ErrorIs(t, err, lease.ErrTimeout)
+	heard.waitFor(t, "p1", 1)
+	wait(t, gated.entered, "the withdrawal is out")
+
+	order := make(chan string, 2)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // after a failure: ctx ends, and the acquires return
+	take := func(m *lease.Manager, label string) {
+		wg.Go(func() {
+			l, err := m.Acquire(ctx, name, &lease.AcquireOpts{TTL: time.Hour, Timeout: 30 * time.Second})
+			if err != nil {
+				t.Error(label, err)
+				order <- label + " failed"
+				return
+			}
+			order <- label
+			if err := l.Release(ctx); err != nil {
+				t.Error(label, err)
+			}
+		})
+	}
+	next := func() string { return within(t, "the next holder", func() string { return <-order }) }
+	apart(t, mem)
+	take(p1, "older") // the caller tries again at once
+	heard.waitFor(t, "p1", 2)
+	close(gated.open)
+	heard.waitForAfterWithdrawal(t, "p1")
+	apart(t, mem)
+	take(p2, "newer")
+	wait(t, paused, "the newer waiter found the name held")
+	require.NoError(t, h.Release(ctx))
+	require.Equal(t, "older", next())
+	require.Equal(t, "newer", next())
 }
 
 // TestASilentRivalCostsOneGrace: an older waiter of another process that

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -985,11 +986,17 @@ type lateStore struct {
 	*memory.Store
 	skew atomic.Int64
 	late atomic.Int32 // how many acquires to come are late
+
+	mu    sync.Mutex
+	calls []time.Time // when each acquire began, by time.Now
 }
 
 func (s *lateStore) now() time.Time { return time.Now().Add(time.Duration(s.skew.Load())) }
 
 func (s *lateStore) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
+	s.mu.Lock()
+	s.calls = append(s.calls, time.Now())
+	s.mu.Unlock()
 	res := s.Store.AcquireLeases(ctx, reqs, p)
 	if s.late.Add(-1) >= 0 {
 		s.skew.Add(int64(time.Hour))
@@ -1019,6 +1026,30 @@ func TestALateGrantIsNotHandedBack(t *testing.T) {
 	require.Positive(t, l.Remaining())
 	require.Equal(t, info.Fence+2, l.Fence(), "the second grant of the retry")
 	require.NoError(t, l.Close(ctx))
+}
+
+// TestALateGrantIsRetriedAfterAPause: a blocking Acquire whose grant came
+// late releases it and tries again after its pause for a failed attempt
+// (backoff), not at once: releasing the grant woke its own waiter, which
+// is no news of the name. On synctest's fake clock, which moves only while
+// every goroutine waits, the retry comes strictly after the late attempt.
+func TestALateGrantIsRetriedAfterAPause(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		s := &lateStore{Store: memory.New(nil)}
+		m, err := lease.New(s, &lease.Config{Owner: "alice", Now: s.now})
+		require.NoError(t, err)
+		defer m.Stop()
+		s.late.Store(1)
+		l, err := m.Acquire(ctx, "x", &lease.AcquireOpts{TTL: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, l.Close(ctx))
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		require.Len(t, s.calls, 2, "the late attempt and the retry")
+		require.Positive(t, s.calls[1].Sub(s.calls[0]), "the retry waited its pause")
+	})
 }
 
 // TestConcurrentReleasesOneWins: of Releases of one lease made at once,
