@@ -2,12 +2,11 @@ package barrier_test
 
 import (
 	"context"
-	"reflect"
-	"regexp"
 	"testing"
 	"time"
 
 	"github.com/seqlease/seqlease/barrier"
+	"github.com/seqlease/seqlease/internal/configtest"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
 )
@@ -24,24 +23,12 @@ func FuzzNewConfig(f *testing.F) {
 	} {
 		f.Add(s[0], s[1], int(s[2]))
 	}
-	field := regexp.MustCompile(`Config\.([A-Za-z]+)`)
 	f.Fuzz(func(t *testing.T, poll, query int64, limit int) {
 		cfg := barrier.Config{PollInterval: time.Duration(poll), QueryTimeout: time.Duration(query), SnapshotLimit: limit}
 		src := memory.New(nil)
 		b, err := barrier.New(src, &cfg)
 		if err != nil {
-			m := field.FindStringSubmatch(err.Error())
-			if m == nil {
-				t.Fatalf("New(%+v): %v names no Config field", cfg, err)
-			}
-			v := reflect.ValueOf(&cfg).Elem().FieldByName(m[1])
-			if !v.IsValid() {
-				t.Fatalf("New: %v names Config.%s, which does not exist", err, m[1])
-			}
-			v.Set(reflect.Zero(v.Type()))
-			if _, again := barrier.New(src, &cfg); again != nil && field.FindString(again.Error()) == m[0] {
-				t.Fatalf("New: Config.%s blamed again with its default value: %v", m[1], again)
-			}
+			configtest.RequireBlame(t, err, &cfg, func() error { _, err := barrier.New(src, &cfg); return err })
 			return
 		}
 		if cfg.PollInterval < 0 || cfg.QueryTimeout < 0 || cfg.SnapshotLimit < 0 || cfg.SnapshotLimit > store.MaxListLimit {

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
-	"regexp"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/seqlease/seqlease/cleanup"
+	"github.com/seqlease/seqlease/internal/configtest"
 	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
@@ -68,7 +67,6 @@ func FuzzNewConfig(f *testing.F) {
 			s.cascadeDelay, s.factor, s.hookTimeout, s.hookConcurrency, s.hookQueue, s.hookGrace, s.maxBackoff,
 			s.queryTimeout, s.owner)
 	}
-	field := regexp.MustCompile(`Config\.([A-Za-z]+)`)
 	f.Fuzz(func(t *testing.T, interval int64, minRate float64, window, attempts int, leaseTTL int64,
 		batch, scan, threshold, cascadeBatch int, cascadeDelay int64, factor float64, hookTimeout int64,
 		hookConcurrency, hookQueue int, hookGrace, maxBackoff, queryTimeout int64, owner string) {
@@ -92,18 +90,7 @@ func FuzzNewConfig(f *testing.F) {
 		}
 		sv, err := cleanup.New(s, &cfg)
 		if err != nil {
-			match := field.FindStringSubmatch(err.Error())
-			if match == nil {
-				t.Fatalf("New(%+v): %v names no Config field", cfg, err)
-			}
-			v := reflect.ValueOf(&cfg).Elem().FieldByName(match[1])
-			if !v.IsValid() {
-				t.Fatalf("New: %v names Config.%s, which does not exist", err, match[1])
-			}
-			v.Set(reflect.Zero(v.Type()))
-			if _, again := cleanup.New(s, &cfg); again != nil && field.FindString(again.Error()) == match[0] {
-				t.Fatalf("New: Config.%s blamed again with its default value: %v", match[1], again)
-			}
+			configtest.RequireBlame(t, err, &cfg, func() error { _, err := cleanup.New(s, &cfg); return err })
 			return
 		}
 		defer sv.Stop()

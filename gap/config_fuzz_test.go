@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"math"
-	"reflect"
-	"regexp"
 	"testing"
 	"time"
 
 	"github.com/seqlease/seqlease/gap"
+	"github.com/seqlease/seqlease/internal/configtest"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
 )
@@ -31,25 +30,13 @@ func FuzzNewConfig(f *testing.F) {
 		{gap.DefaultMaxPayload, gap.DefaultMaxPayload}, {1 << 16, 1 << 16}, {100, 101}} {
 		f.Add(s[0], s[1])
 	}
-	field := regexp.MustCompile(`Config\.([A-Za-z]+)`)
 	f.Fuzz(func(t *testing.T, maxPayload, size int) {
 		s := memory.New(nil)
 		obs := &filled{}
 		cfg := gap.Config{MaxPayload: maxPayload, Observer: obs}
 		g, err := gap.New(s, &cfg)
 		if err != nil {
-			m := field.FindStringSubmatch(err.Error())
-			if m == nil {
-				t.Fatalf("New(%+v): %v names no Config field", cfg, err)
-			}
-			v := reflect.ValueOf(&cfg).Elem().FieldByName(m[1])
-			if !v.IsValid() {
-				t.Fatalf("New: %v names Config.%s, which does not exist", err, m[1])
-			}
-			v.Set(reflect.Zero(v.Type()))
-			if _, again := gap.New(s, &cfg); again != nil && field.FindString(again.Error()) == m[0] {
-				t.Fatalf("New: Config.%s blamed again with its default value: %v", m[1], again)
-			}
+			configtest.RequireBlame(t, err, &cfg, func() error { _, err := gap.New(s, &cfg); return err })
 			return
 		}
 		if cfg.MaxPayload < 0 {

@@ -3,11 +3,10 @@ package lease_test
 import (
 	"context"
 	"math"
-	"reflect"
-	"regexp"
 	"testing"
 	"time"
 
+	"github.com/seqlease/seqlease/internal/configtest"
 	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
@@ -40,7 +39,6 @@ func FuzzNewConfig(f *testing.F) {
 		f.Add(s.owner, s.defaultTTL, s.maxTTL, s.maxRenewals, s.renewShare, s.maxJitter, s.safetyMargin, s.poll,
 			s.handoff, s.cleanup, s.retention, s.queryTimeout, s.release_)
 	}
-	field := regexp.MustCompile(`Config\.([A-Za-z]+)`)
 	f.Fuzz(func(t *testing.T, owner string, defaultTTL, maxTTL int64, maxRenewals int, renewShare float64,
 		maxJitter, safetyMargin, poll, handoff, cleanup, retention, queryTimeout, release int64) {
 		frozen := func() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
@@ -54,18 +52,7 @@ func FuzzNewConfig(f *testing.F) {
 		s := memory.New(&memory.Config{Now: frozen})
 		m, err := lease.New(s, &cfg)
 		if err != nil {
-			match := field.FindStringSubmatch(err.Error())
-			if match == nil {
-				t.Fatalf("New(%+v): %v names no Config field", cfg, err)
-			}
-			v := reflect.ValueOf(&cfg).Elem().FieldByName(match[1])
-			if !v.IsValid() {
-				t.Fatalf("New: %v names Config.%s, which does not exist", err, match[1])
-			}
-			v.Set(reflect.Zero(v.Type()))
-			if _, again := lease.New(s, &cfg); again != nil && field.FindString(again.Error()) == match[0] {
-				t.Fatalf("New: Config.%s blamed again with its default value: %v", match[1], again)
-			}
+			configtest.RequireBlame(t, err, &cfg, func() error { _, err := lease.New(s, &cfg); return err })
 			return
 		}
 		defer m.Stop()

@@ -5,43 +5,17 @@ import (
 	"context"
 	"math"
 	"reflect"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/seqlease/seqlease/internal/configtest"
 	"github.com/seqlease/seqlease/metrics"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
 )
-
-// configField finds the field a config error blames: Config.X,
-// EvaluatorConfig.X or EvaluatorConfig.Thresholds.X.
-var configField = regexp.MustCompile(`Config\.([A-Za-z]+(?:\.[A-Za-z]+)?)`)
-
-// blame fails t unless err names a field of *cfg that is to blame: reset to
-// its default (by reset's second call of the constructor), it is no longer
-// blamed.
-func blame(t *testing.T, cfg any, err error, again func() error) {
-	t.Helper()
-	m := configField.FindStringSubmatch(err.Error())
-	if m == nil {
-		t.Fatalf("%+v: %v names no Config field", cfg, err)
-	}
-	v := reflect.ValueOf(cfg).Elem()
-	for _, name := range strings.Split(m[1], ".") {
-		if v = v.FieldByName(name); !v.IsValid() {
-			t.Fatalf("%v names Config.%s, which does not exist", err, m[1])
-		}
-	}
-	v.Set(reflect.Zero(v.Type()))
-	if err := again(); err != nil && configField.FindString(err.Error()) == m[0] {
-		t.Fatalf("Config.%s blamed again with its default value: %v", m[1], err)
-	}
-}
 
 // FuzzNewEvaluator builds Evaluators from fuzzed configs. NewEvaluator must
 // never panic; it fails with an error naming a guilty field, or returns an
@@ -79,7 +53,7 @@ func FuzzNewEvaluator(f *testing.F) {
 		}
 		e, err := metrics.NewEvaluator(&cfg)
 		if err != nil {
-			blame(t, &cfg, err, func() error { _, err := metrics.NewEvaluator(&cfg); return err })
+			configtest.RequireBlame(t, err, &cfg, func() error { _, err := metrics.NewEvaluator(&cfg); return err })
 			return
 		}
 		th := cfg.Thresholds
@@ -177,7 +151,7 @@ func FuzzNewConfig(f *testing.F) {
 		}
 		m, err := metrics.New(&cfg)
 		if err != nil {
-			blame(t, &cfg, err, func() error {
+			configtest.RequireBlame(t, err, &cfg, func() error {
 				m, err := metrics.New(&cfg)
 				if err == nil {
 					_ = m.Close()

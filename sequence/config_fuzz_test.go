@@ -2,38 +2,14 @@ package sequence_test
 
 import (
 	"context"
-	"reflect"
-	"regexp"
 	"testing"
 	"time"
 
+	"github.com/seqlease/seqlease/internal/configtest"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
 )
-
-// configField finds the field an error of New names ("Config.MaxTTL ...").
-var configField = regexp.MustCompile(`Config\.([A-Za-z]+)`)
-
-// requireGuiltyField checks that err names a field of cfg, and that the field
-// is to blame: with it reset to its zero value (the default), New accepts
-// the config or blames another field.
-func requireGuiltyField(t *testing.T, cfg sequence.Config, err error) {
-	t.Helper()
-	m := configField.FindStringSubmatch(err.Error())
-	if m == nil {
-		t.Fatalf("New(%+v): %v names no Config field", cfg, err)
-	}
-	v := reflect.ValueOf(&cfg).Elem().FieldByName(m[1])
-	if !v.IsValid() {
-		t.Fatalf("New: %v names Config.%s, which does not exist", err, m[1])
-	}
-	v.Set(reflect.Zero(v.Type()))
-	_, again := sequence.New(memory.New(nil), &cfg)
-	if again != nil && configField.FindString(again.Error()) == m[0] {
-		t.Fatalf("New: Config.%s blamed again with its default value: %v", m[1], again)
-	}
-}
 
 // FuzzNewConfig builds Leasers from fuzzed configs. New must never panic; it
 // fails with an error naming a guilty field, or returns a Leaser that works:
@@ -75,7 +51,10 @@ func FuzzNewConfig(f *testing.F) {
 		cfg.Now = frozen
 		l, err := sequence.New(memory.New(&memory.Config{Now: frozen}), &cfg)
 		if err != nil {
-			requireGuiltyField(t, cfg, err)
+			configtest.RequireBlame(t, err, &cfg, func() error {
+				_, err := sequence.New(memory.New(&memory.Config{Now: frozen}), &cfg)
+				return err
+			})
 			return
 		}
 		// Documented ranges that an accepted config must respect.

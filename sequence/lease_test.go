@@ -36,6 +36,24 @@ func TestErrReportsLocalDeadline(t *testing.T) {
 	require.ErrorIs(t, x.KeepAlive(nil), sequence.ErrExpired)
 }
 
+// TestMarginIsCappedAtHalfTheTTL: a Config.Margin longer than a lease's TTL
+// leaves the lease half its TTL, not nothing.
+func TestMarginIsCappedAtHalfTheTTL(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := memory.New(&memory.Config{Now: c.Now})
+	l, err := sequence.New(s, &sequence.Config{Now: c.Now, Margin: 20 * time.Minute})
+	require.NoError(t, err)
+	x, err := l.Lease(context.Background(), "m", &sequence.LeaseOpts{TTL: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, x.Remaining())
+	long, err := l.Lease(context.Background(), "m", &sequence.LeaseOpts{TTL: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, 40*time.Minute, long.Remaining(), "below half the TTL, the margin applies whole")
+	c.Advance(30 * time.Second)
+	require.ErrorIs(t, x.Err(), sequence.ErrExpired)
+}
+
 // TestLeaseEndRacesObservers ends leases while other goroutines call Done,
 // Context, Err and KeepAlive: whoever sees Done closed finds Err set, and
 // every context handed out is cancelled with Err as its cause (run with

@@ -103,7 +103,9 @@ type Config struct {
 	// Margin, so a holder stops before the database could give the number to
 	// the cleanup loop even if the clocks' rates differ a little.
 	// Default: the smaller of DefaultMaxMargin (1 s) and a tenth of the
-	// lease's TTL.
+	// lease's TTL. A Margin set here is capped at half the lease's TTL, so
+	// that a lease shorter than twice the Margin still lives half its TTL
+	// rather than none of it.
 	Margin time.Duration
 	// Now is the local clock for the holder's own deadline estimates; it
 	// must carry a monotonic reading. Default: time.Now.
@@ -365,7 +367,7 @@ func (l *Leaser) localDeadline(start, now, expiresAt time.Time) time.Time {
 	if margin == 0 {
 		margin = min(DefaultMaxMargin, ttl/10)
 	}
-	return start.Add(ttl - min(margin, ttl))
+	return start.Add(ttl - min(margin, ttl/2))
 }
 
 // until returns the time from now to t on the local clock.
