@@ -13,19 +13,6 @@ import (
 	"github.com/seqlease/seqlease/migrations"
 )
 
-// rolledBack is a migrations.DB whose transaction is one the test rolls
-// back: Begin hands out tx with Commit and Rollback turned into no-ops, so
-// a Migrator's work, however it ends, is undone when the test rolls tx
-// back. tx must not have run a statement yet (Up sets its isolation level).
-type rolledBack struct{ tx pgx.Tx }
-
-func (d rolledBack) Begin(context.Context) (pgx.Tx, error) { return uncommitted{d.tx}, nil }
-
-type uncommitted struct{ pgx.Tx }
-
-func (uncommitted) Commit(context.Context) error   { return nil }
-func (uncommitted) Rollback(context.Context) error { return nil }
-
 // savepoints is a migrations.DB whose transactions are savepoints of tx.
 type savepoints struct{ tx pgx.Tx }
 
@@ -71,7 +58,7 @@ func FuzzNewConfig(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		if _, err := m.Up(ctx, rolledBack{tx}); err != nil {
+		if _, err := m.Up(ctx, pgtest.RolledBack(tx)); err != nil {
 			t.Fatalf("New accepted %+v, but Up fails: %v", cfg, err)
 		}
 		st, err := m.Status(ctx, savepoints{tx})

@@ -219,3 +219,18 @@ func run(m *testing.M) int {
 	}
 	return 0
 }
+
+// RolledBack returns a migrations.DB on tx, a transaction the test rolls
+// back: its Begin hands out tx with Commit and Rollback turned into no-ops,
+// so a Migrator's work, however it ends, is undone when the test rolls tx
+// back. tx must not have run a statement yet (Up sets its isolation level).
+func RolledBack(tx pgx.Tx) migrations.DB { return rolledBack{tx} }
+
+type rolledBack struct{ tx pgx.Tx }
+
+func (d rolledBack) Begin(context.Context) (pgx.Tx, error) { return uncommitted{d.tx}, nil }
+
+type uncommitted struct{ pgx.Tx }
+
+func (uncommitted) Commit(context.Context) error   { return nil }
+func (uncommitted) Rollback(context.Context) error { return nil }

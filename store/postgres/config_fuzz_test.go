@@ -8,24 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
 )
-
-// rolledBack is a migrations.DB whose transaction is one the test rolls
-// back: Begin hands out tx with Commit and Rollback turned into no-ops.
-type rolledBack struct{ tx pgx.Tx }
-
-func (d rolledBack) Begin(context.Context) (pgx.Tx, error) { return uncommitted{d.tx}, nil }
-
-type uncommitted struct{ pgx.Tx }
-
-func (uncommitted) Commit(context.Context) error   { return nil }
-func (uncommitted) Rollback(context.Context) error { return nil }
 
 // FuzzNewConfig builds Stores from fuzzed configs (FuzzValidateSchema, in
 // migrations, checks the schema rule itself). New must never panic; it
@@ -72,7 +59,7 @@ func FuzzNewConfig(f *testing.F) {
 		if err != nil {
 			t.Fatalf("postgres.New accepted the schema %q, migrations.New refuses it: %v", schema, err)
 		}
-		if _, err := m.Up(ctx, rolledBack{tx}); err != nil {
+		if _, err := m.Up(ctx, pgtest.RolledBack(tx)); err != nil {
 			t.Fatalf("migrate %q: %v", schema, err)
 		}
 		s, err := postgres.New(tx, &cfg)
