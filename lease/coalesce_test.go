@@ -248,38 +248,6 @@ func TestAGivenUpCallDoesNotFailTheOthers(t *testing.T) {
 	require.NoError(t, kept.Release(ctx))
 }
 
-// TestBatchesAreBounded: 250 acquires queued behind one in flight go in
-// batches of at most 100.
-func TestBatchesAreBounded(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := newGatedStore()
-	m := newManager(t, s, &lease.Config{Owner: "m"})
-	entered, open := s.hold(true)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_, err := m.TryAcquire(ctx, "first", nil)
-		noError(t, err)
-	})
-	wait(t, entered, "the first acquire is in flight")
-	const n = 250
-	for i := range n {
-		wg.Go(func() {
-			_, err := m.TryAcquire(ctx, fmt.Sprint("n", i), nil)
-			noError(t, err)
-		})
-	}
-	queued(t, m, n, 0)
-	open()
-	wg.Wait()
-	acquires, _, _ := s.calls()
-	var sizes []int
-	for _, a := range acquires {
-		sizes = append(sizes, len(a))
-	}
-	require.Equal(t, []int{1, 100, 100, 50}, sizes)
-}
-
 // TestNoWakeUpIsLost races a release of one process with a blocked acquire
 // of another that polls once an hour: every acquire must get the name,
 // whether the release comes before its attempt, while it finds the name

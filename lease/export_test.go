@@ -63,49 +63,18 @@ func SetListPage(m *Manager, n int) { m.listPage = n }
 
 // Queued returns how many acquires and releases of m wait for a batch.
 func Queued(m *Manager) (acquires, releases int) {
-	m.acquires.mu.Lock()
-	acquires = len(m.acquires.waiting)
-	m.acquires.mu.Unlock()
-	m.releases.mu.Lock()
-	releases = len(m.releases.waiting)
-	m.releases.mu.Unlock()
-	return acquires, releases
+	return m.acquires.Queued(), m.releases.Queued()
 }
 
 // SetWaveClock makes m's batching read now instead of the time.
-func SetWaveClock(m *Manager, now func() time.Time) {
-	w := m.acquires.wave
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.now = now
-}
+func SetWaveClock(m *Manager, now func() time.Time) { m.wave.SetClock(now) }
 
 // SetWaveWait makes m's leaders wait for a wave at least d (instead of a
 // share of the last backend call, which the memory backend makes tiny).
-func SetWaveWait(m *Manager, d time.Duration) {
-	w := m.acquires.wave
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.minWait = d
-}
-
-// SetWaveLoop sets the share of m's answered callers that came back at
-// once, as if measured.
-func SetWaveLoop(m *Manager, share float64) {
-	w := m.acquires.wave
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.loop = share
-}
+func SetWaveWait(m *Manager, d time.Duration) { m.wave.SetMinWait(d) }
 
 // InFlight returns how many backend calls of m's acquires and releases are
 // out.
 func InFlight(m *Manager) (acquires, releases int) {
-	m.acquires.mu.Lock()
-	acquires = m.acquires.flying
-	m.acquires.mu.Unlock()
-	m.releases.mu.Lock()
-	releases = m.releases.flying
-	m.releases.mu.Unlock()
-	return acquires, releases
+	return m.acquires.InFlight(), m.releases.InFlight()
 }

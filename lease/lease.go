@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqlease/seqlease/internal/batch"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -259,8 +260,9 @@ type Manager struct {
 	loopCtx  context.Context         // the parent of the keep-alive loops' contexts
 	endLoops context.CancelCauseFunc // called by Stop once it released every live lease
 
-	acquires *batcher[store.AcquireLeaseRequest, store.AcquireLeaseResult] // coalesce.go
-	releases *batcher[store.LeaseHolding, error]
+	acquires *batch.Batcher[store.AcquireLeaseRequest, store.AcquireLeaseResult] // coalesce.go
+	releases *batch.Batcher[store.LeaseHolding, error]
+	wave     *batch.Wave // shared by acquires and releases
 	watching atomic.Bool // the watch of the backend's notices runs
 
 	listPage  int // holdings per ListLeases statement: store.MaxListLimit
@@ -453,8 +455,8 @@ func (m *Manager) Stop() {
 	m.wg.Wait()
 	m.loops.Wait()
 	m.bg.Wait()
-	m.acquires.close()
-	m.releases.close()
+	m.acquires.Close()
+	m.releases.Close()
 	m.endSubscriptions()
 }
 

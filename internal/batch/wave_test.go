@@ -1,4 +1,4 @@
-package lease
+package batch
 
 import (
 	"testing"
@@ -8,9 +8,9 @@ import (
 )
 
 // testWave returns a wave on a clock the test moves.
-func testWave() (*wave, *time.Time) {
+func testWave() (*Wave, *time.Time) {
 	now := time.Unix(1_000_000, 0)
-	return &wave{now: func() time.Time { return now }}, &now
+	return &Wave{now: func() time.Time { return now }}, &now
 }
 
 func isOpen(ch chan struct{}) bool { return ch != nil && !isClosed(ch) }
