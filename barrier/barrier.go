@@ -160,6 +160,8 @@ type sink struct{ b *Barrier }
 
 func (s sink) Resolved(stream string, number int64) { s.b.Resolved(stream, number) }
 
+func (s sink) ResolvedThrough(stream string, through int64) { s.b.ResolvedThrough(stream, through) }
+
 func (s sink) Reset() {
 	s.b.gen.Add(1)
 	s.b.kick()
@@ -215,6 +217,18 @@ func (b *Barrier) Resolved(name string, number int64) {
 		return // nobody asked about this stream: a later snapshot covers it
 	}
 	if st.resolved(number) {
+		b.kick() // W reached the end of a cut snapshot: read on
+	}
+}
+
+// ResolvedThrough tells the barrier that every number of stream up to
+// through is resolved, as a successful ordered commit of through shows.
+func (b *Barrier) ResolvedThrough(name string, through int64) {
+	st := b.lookup(name)
+	if st == nil {
+		return // nobody asked about this stream: a later snapshot covers it
+	}
+	if st.resolvedThrough(through) {
 		b.kick() // W reached the end of a cut snapshot: read on
 	}
 }
@@ -478,6 +492,38 @@ func (st *stream) resolved(n int64) (starved bool) {
 	st.w = n
 	st.advance()
 	return st.starvedLocked()
+}
+
+// resolvedThrough records that every number up to through is resolved and
+// wakes whom it concerns. It reports whether the stream is now starved
+// (starvedLocked).
+func (st *stream) resolvedThrough(through int64) (starved bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if through <= st.w {
+		return false
+	}
+	forget(st.heard, st.w, through)
+	forget(st.unresolved, st.w, through)
+	st.w = through
+	st.advance()
+	return st.starvedLocked()
+}
+
+// forget deletes the numbers in (from, to] from set, visiting whichever
+// is smaller: the numbers or the set.
+func forget(set map[int64]struct{}, from, to int64) {
+	if to-from <= int64(len(set)) {
+		for n := from + 1; n <= to; n++ {
+			delete(set, n)
+		}
+		return
+	}
+	for n := range set {
+		if n <= to {
+			delete(set, n)
+		}
+	}
 }
 
 // apply merges a snapshot read at reset generation gen with at most limit

@@ -386,6 +386,15 @@ func (s deafSink) Resolved(stream string, n int64) {
 	}
 }
 
+func (s deafSink) ResolvedThrough(stream string, through int64) {
+	s.d.mu.Lock()
+	deaf := s.d.deaf
+	s.d.mu.Unlock()
+	if !deaf {
+		s.sink.ResolvedThrough(stream, through)
+	}
+}
+
 func (s deafSink) Reset() {
 	s.d.mu.Lock()
 	s.d.sink = s.sink

@@ -15,8 +15,9 @@ import (
 // call that queued while the previous one was in flight, rather than one
 // each. Acquires and releases share one wave, since a Manager's callers
 // alternate between them; a backend that decides an acquire batch before
-// it is durable lets the next batch go meanwhile (two out at most). On a
-// backend that answers in process (store.InProcess) every call goes alone.
+// it is durable (store.EarlyAcquirer) lets the next batch go meanwhile
+// (two out at most). On a backend that answers in process
+// (store.InProcess) every call goes alone.
 //
 // Each item's outcome is the one the single call would have had: the
 // backend decides the items independently, and bad input never reaches a
@@ -32,12 +33,17 @@ const maxBatch = 100
 
 // newBatchers sets up the coalescing of m's acquires and releases.
 func (m *Manager) newBatchers() {
-	ls, local := m.store.(interface{ Local() bool })
-	local = local && ls.Local()
+	ip, local := m.store.(store.InProcess)
+	local = local && ip.InProcess()
+	early, _ := m.store.(store.EarlyAcquirer)
 	m.wave = batch.NewWave()
 	m.acquires = batch.New(batch.Config[store.AcquireLeaseRequest, store.AcquireLeaseResult]{
 		Send: func(ctx context.Context, reqs []store.AcquireLeaseRequest, decided func()) []store.AcquireLeaseResult {
-			return m.store.AcquireLeases(ctx, reqs, &store.LeaseBatchParams{NoHistory: m.noHistory, Decided: decided})
+			p := &store.LeaseBatchParams{NoHistory: m.noHistory}
+			if early != nil {
+				return early.AcquireLeasesEarly(ctx, reqs, p, decided)
+			}
+			return m.store.AcquireLeases(ctx, reqs, p)
 		},
 		Orphans:     m.releaseOrphans,
 		MaxBatch:    maxBatch,

@@ -70,14 +70,14 @@ func TestCallersAnsweredTogetherAreSentTogether(t *testing.T) {
 	require.Equal(t, []string{"first"}, releases[1])
 }
 
-// decidingStore signals every batch decided before it passes the gate, as
+// decidingStore decides every batch early, before it passes the gate, as
 // the PostgreSQL backend does when a statement has run but its commit is
-// not yet durable.
+// not yet durable (store.EarlyAcquirer).
 type decidingStore struct{ *gatedStore }
 
-func (s decidingStore) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
-	if p != nil && p.Decided != nil {
-		p.Decided()
+func (s decidingStore) AcquireLeasesEarly(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams, decided func()) []store.AcquireLeaseResult {
+	if decided != nil {
+		decided()
 	}
 	return s.gatedStore.AcquireLeases(ctx, reqs, p)
 }
@@ -133,4 +133,3 @@ func TestADecidedBatchHandsTheLeadOn(t *testing.T) {
 	acquires, _, _ := s.calls()
 	require.Equal(t, [][]string{{"x0"}, {"x1", "x2"}, {"x3"}, {"x4"}}, acquires)
 }
-

@@ -15,15 +15,15 @@ import (
 	"github.com/seqlease/seqlease/store/memory"
 )
 
-// hookedStore runs a hook before each Lease statement.
+// hookedStore runs a hook before each lease statement (Lease, LeaseMulti).
 type hookedStore struct {
 	*memory.Store
 	mu     sync.Mutex
-	before func(n int) // n counts the Lease statements, from 1
+	before func(n int) // n counts the lease statements, from 1
 	n      int
 }
 
-func (h *hookedStore) Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error) {
+func (h *hookedStore) hook() {
 	h.mu.Lock()
 	h.n++
 	n, before := h.n, h.before
@@ -31,7 +31,16 @@ func (h *hookedStore) Lease(ctx context.Context, stream string, reqs []store.Lea
 	if before != nil {
 		before(n)
 	}
+}
+
+func (h *hookedStore) Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error) {
+	h.hook()
 	return h.Store.Lease(ctx, stream, reqs, p)
+}
+
+func (h *hookedStore) LeaseMulti(ctx context.Context, items []store.StreamLeases, p *store.LeaseParams) []store.LeaseResult {
+	h.hook()
+	return h.Store.LeaseMulti(ctx, items, p)
 }
 
 // TestAbandonedCoalescedLeaseIsNeverLeaked cancels a queued caller's context
@@ -68,9 +77,9 @@ func TestAbandonedCoalescedLeaseIsNeverLeaked(t *testing.T) {
 		<-entered
 		var errB error
 		wg.Go(func() { b, errB = l.Lease(ctx, stream, &sequence.LeaseOpts{TTL: time.Hour}) })
-		require.Eventually(t, func() bool { return sequence.QueuedLeases(l, stream) == 1 }, 10*time.Second, 10*time.Microsecond)
+		require.Eventually(t, func() bool { return sequence.QueuedLeases(l) == 1 }, 10*time.Second, 10*time.Microsecond)
 		wg.Go(func() { c, errC = l.Lease(ctxC, stream, &sequence.LeaseOpts{TTL: time.Hour}) })
-		require.Eventually(t, func() bool { return sequence.QueuedLeases(l, stream) == 2 }, 10*time.Second, 10*time.Microsecond)
+		require.Eventually(t, func() bool { return sequence.QueuedLeases(l) == 2 }, 10*time.Second, 10*time.Microsecond)
 		close(proceed)
 		wg.Wait()
 		require.NoError(t, err)
@@ -127,13 +136,13 @@ func TestAbandonedCoalescedLeaseReturnsAtOnce(t *testing.T) {
 		_, err := l.Lease(ctx, "s", nil)
 		require.NoError(t, err)
 	})
-	require.Eventually(t, func() bool { return sequence.QueuedLeases(l, "s") == 1 }, 10*time.Second, 10*time.Microsecond)
+	require.Eventually(t, func() bool { return sequence.QueuedLeases(l) == 1 }, 10*time.Second, 10*time.Microsecond)
 	errC := make(chan error, 1)
 	go func() {
 		_, err := l.Lease(ctxC, "s", nil)
 		errC <- err
 	}()
-	require.Eventually(t, func() bool { return sequence.QueuedLeases(l, "s") == 2 }, 10*time.Second, 10*time.Microsecond)
+	require.Eventually(t, func() bool { return sequence.QueuedLeases(l) == 2 }, 10*time.Second, 10*time.Microsecond)
 	close(proceed1)
 	<-entered2 // B leads [B, C] and its statement hangs
 	cancelC()

@@ -30,9 +30,11 @@ var errRequeue = errors.New("sequence: requeued")
 // committer runs the ordered commits of one stream in this process. Callers
 // park their item here and wait at the barrier; the first whose turn comes
 // leads: it takes its own item and every consecutive item parked behind it
-// (up to Config.MaxGroup) and commits them in one backend call, which on
-// PostgreSQL is one transaction and one WAL flush (group commit). The result
-// is indistinguishable from one-by-one commits: each item is an ordered,
+// (up to Config.MaxGroup), a group, and sends the group to the commit
+// engine (batching.go), where it shares one backend call, which on
+// PostgreSQL is one transaction and one WAL flush, with the groups of other
+// streams ready at the same time (group commit). The result is
+// indistinguishable from one-by-one commits: each item is an ordered,
 // fenced commit of its own, and an item that fails sends the ones behind it
 // back to waiting, as they would have waited one by one.
 type committer struct {
@@ -42,10 +44,12 @@ type committer struct {
 	deadlines deadlines // of the ungrouped commits waiting at the barrier
 }
 
+// commitItem is one commit of a held number.
 type commitItem struct {
 	lease   *Lease
 	payload []byte
-	fn      any
+	fn      txFunc        // CommitTx's function for the committing transaction; nil for none
+	ordered bool          // Commit and CommitTx; not Complete
 	done    chan struct{} // closed when err is set
 	err     error
 	ctx     context.Context // the caller's, for Observer.CommitReady
@@ -61,7 +65,7 @@ func (l *Leaser) committer(stream string) *committer {
 }
 
 // commitOrdered waits for every earlier number to resolve, then commits x.
-func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err error) {
+func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn txFunc) (err error) {
 	l := x.leaser
 	if l.barrier == nil {
 		return ErrNoBarrier
@@ -74,7 +78,7 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err 
 	}
 	ctx, end := l.observer.StartCommit(ctx, x.stream, x.kind, x.number, true)
 	defer func() { end(err) }()
-	if l.maxGroup == 1 {
+	if l.commits == nil {
 		// commitAlone reads the clock only if it has to wait: a lease whose
 		// turn has come goes to the store, which judges the expiry itself.
 		if x.over() != nil {
@@ -88,7 +92,7 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err 
 	parked := l.now()
 	c := l.committer(x.stream)
 	for {
-		it := &commitItem{lease: x, payload: payload, fn: fn, done: make(chan struct{}), ctx: ctx, parked: parked}
+		it := &commitItem{lease: x, payload: payload, fn: fn, ordered: true, done: make(chan struct{}), ctx: ctx, parked: parked}
 		c.mu.Lock()
 		if _, dup := c.parked[x.number]; dup {
 			c.mu.Unlock()
@@ -96,6 +100,7 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err 
 		}
 		c.parked[x.number] = it
 		c.mu.Unlock()
+		l.arrive()
 
 		err := c.wait(ctx, l, it)
 		switch {
@@ -116,9 +121,10 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn any) (err 
 const spins = 1
 
 // commitAlone is the ordered commit without group commit (Config.MaxGroup
-// 1, and by default on a store that answers in process): wait for the turn
-// at the barrier, then one ordered commit with the caller's context.
-func (x *Lease) commitAlone(ctx context.Context, payload []byte, fn any) error {
+// 1, a backend that is no store.MultiCommitter, and by default on a store
+// that answers in process): wait for the turn at the barrier, then one
+// ordered commit with the caller's context.
+func (x *Lease) commitAlone(ctx context.Context, payload []byte, fn txFunc) error {
 	l := x.leaser
 	if !x.committing.CompareAndSwap(false, true) {
 		return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, ErrCommitInProgress)
@@ -154,18 +160,10 @@ func (x *Lease) commitAlone(ctx context.Context, payload []byte, fn any) error {
 		if l.observed {
 			l.observer.CommitReady(ctx, x.stream, x.kind, l.now().Sub(parked))
 		}
-		switch {
-		case fn == nil && l.one != nil:
-			_, err = l.one.CommitOne(ctx, x.stream, x.number, x.token, payload, true)
-		case fn == nil:
-			_, err = l.store.Commit(ctx, x.stream, x.number, x.token, &store.CommitParams{Payload: payload, Ordered: true})
-		default:
-			item := store.CommitItem{Number: x.number, Token: x.token, Payload: payload, Func: fn}
-			var results []store.CommitResult
-			results, err = l.store.CommitBatch(ctx, x.stream, []store.CommitItem{item}, &store.CommitBatchParams{Ordered: true})
-			if err == nil {
-				err = results[0].Err
-			}
+		if fn == nil {
+			err = l.commitPlain(ctx, x, payload, true)
+		} else {
+			err = l.commitOne(ctx, &commitItem{lease: x, payload: payload, fn: fn, ordered: true})
 		}
 		switch {
 		case err == nil:
@@ -327,12 +325,8 @@ func (x *Lease) resolvedLocally() (bool, error) {
 // the barrier. It reports success when an earlier attempt whose outcome was
 // unknown had committed (I7), and ErrExpired when the number cannot commit
 // now (expired, or earlier numbers still unresolved).
-func (x *Lease) commitOver(ctx context.Context, payload []byte, fn any) error {
-	item := store.CommitItem{Number: x.number, Token: x.token, Payload: payload, Func: fn}
-	results, err := x.leaser.store.CommitBatch(ctx, x.stream, []store.CommitItem{item}, &store.CommitBatchParams{Ordered: true})
-	if err == nil {
-		err = results[0].Err
-	}
+func (x *Lease) commitOver(ctx context.Context, payload []byte, fn txFunc) error {
+	err := x.leaser.commitOne(ctx, &commitItem{lease: x, payload: payload, fn: fn, ordered: true})
 	switch {
 	case err == nil:
 		x.resolved(ErrCommitted)
@@ -404,46 +398,40 @@ func (c *committer) unpark(it *commitItem) bool {
 // lead commits a group starting at it, if it is still parked, and completes
 // every item of the group.
 func (c *committer) lead(ctx context.Context, l *Leaser, it *commitItem) {
-	group := c.take(it, l.maxGroup)
-	if group == nil {
+	g := c.take(it, l.maxGroup)
+	if g == nil {
 		return // another leader has it
 	}
-	l.commitReady(group)
-	if l.groupDelay > 0 && len(group) < l.maxGroup {
+	l.commitReady(g.items)
+	if l.groupDelay > 0 && len(g.items) < l.maxGroup {
 		t := time.NewTimer(l.groupDelay)
 		<-t.C
-		more := c.takeAfter(group[len(group)-1].lease.number, l.maxGroup-len(group))
+		last := g.items[len(g.items)-1].lease.number
+		more := c.takeAfter(last, l.maxGroup-len(g.items), g)
 		l.commitReady(more)
-		group = append(group, more...)
 	}
+	r := l.sendGroup(ctx, g)
 	x := it.lease
-	items := make([]store.CommitItem, len(group))
-	for i, g := range group {
-		items[i] = store.CommitItem{Number: g.lease.number, Token: g.lease.token, Payload: g.payload, Func: g.fn}
-	}
-	sctx, cancel := l.sharedContext(ctx)
-	results, err := l.store.CommitBatch(sctx, x.stream, items, &store.CommitBatchParams{Ordered: true})
-	cancel()
-	for i, g := range group {
+	for i, m := range g.items {
 		switch {
-		case err != nil:
+		case r.err != nil:
 			// Outcome unknown: the caller may retry Commit with the same
 			// lease, which reports whether this attempt took effect (I7).
-			g.err = fmt.Errorf("sequence: commit %s/%d: %w", x.stream, g.lease.number, err)
-		case results[i].Err == nil:
-			g.lease.resolved(ErrCommitted)
-		case errors.Is(results[i].Err, store.ErrNotReady) && i > 0:
-			g.err = errRequeue // an earlier item of the group failed: wait again
+			m.err = fmt.Errorf("sequence: commit %s/%d: %w", x.stream, m.lease.number, r.err)
+		case r.res[i].Err == nil:
+			m.lease.resolved(ErrCommitted)
+		case errors.Is(r.res[i].Err, store.ErrNotReady) && i > 0:
+			m.err = errRequeue // an earlier item of the group failed: wait again
 		default:
-			g.err = fmt.Errorf("sequence: %s/%d: %w", x.stream, g.lease.number, results[i].Err)
+			m.err = fmt.Errorf("sequence: %s/%d: %w", x.stream, m.lease.number, r.res[i].Err)
 		}
-		close(g.done)
+		close(m.done)
 	}
 }
 
 // take removes it and the consecutive parked items after it (at most max in
-// all) from the parking lot; nil if it is no longer parked.
-func (c *committer) take(it *commitItem, max int) []*commitItem {
+// all) from the parking lot, as a group; nil if it is no longer parked.
+func (c *committer) take(it *commitItem, max int) *group {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := it.lease.number
@@ -451,24 +439,37 @@ func (c *committer) take(it *commitItem, max int) []*commitItem {
 		return nil
 	}
 	delete(c.parked, n)
-	return append([]*commitItem{it}, c.takeAfterLocked(n, max-1)...)
+	g := &group{items: []*commitItem{it}, tx: it.fn}
+	c.takeAfterLocked(n, max-1, g)
+	return g
 }
 
-func (c *committer) takeAfter(n int64, max int) []*commitItem {
+// takeAfter adds to g the consecutive parked items after n, at most max,
+// and returns them.
+func (c *committer) takeAfter(n int64, max int, g *group) []*commitItem {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.takeAfterLocked(n, max)
+	before := len(g.items)
+	c.takeAfterLocked(n, max, g)
+	return g.items[before:]
 }
 
-func (c *committer) takeAfterLocked(n int64, max int) []*commitItem {
-	var out []*commitItem
-	for next := n + 1; len(out) < max; next++ {
-		g, ok := c.parked[next]
+// takeAfterLocked adds to g the consecutive parked items after n, at most
+// max, up to one whose function is of another transaction type than g's
+// (they go to different engines). c.mu must be held.
+func (c *committer) takeAfterLocked(n int64, max int, g *group) {
+	for next, added := n+1, 0; added < max; next, added = next+1, added+1 {
+		m, ok := c.parked[next]
 		if !ok {
 			break
 		}
+		if m.fn != nil {
+			if g.tx != nil && m.fn.key() != g.tx.key() {
+				break
+			}
+			g.tx = m.fn
+		}
 		delete(c.parked, next)
-		out = append(out, g)
+		g.items = append(g.items, m)
 	}
-	return out
 }

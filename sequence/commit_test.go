@@ -38,18 +38,34 @@ func (w *countingWaiter) parked(n int64) int {
 	return w.calls[n]
 }
 
-// failingBatchStore fails the next CommitBatch calls as a lost connection
-// would: an error for the whole call.
+// failingBatchStore fails the next CommitMulti calls as a lost connection
+// would (an error for the whole call), and refuses the commits of the
+// numbers in refuse with errRefused.
 type failingBatchStore struct {
 	*memory.Store
-	fail atomic.Int64 // how many calls still fail
+	fail   atomic.Int64 // how many calls still fail
+	refuse sync.Map     // number -> true
 }
 
-func (f *failingBatchStore) CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error) {
+var errRefused = errors.New("refused by the test")
+
+func (f *failingBatchStore) CommitMulti(ctx context.Context, items []store.StreamCommit, p *store.CommitMultiParams) ([]store.CommitResult, error) {
 	if f.fail.Add(-1) >= 0 {
 		return nil, errors.New("connection reset by peer")
 	}
-	return f.Store.CommitBatch(ctx, stream, items, p)
+	out := make([]store.CommitResult, len(items))
+	for i, it := range items {
+		if _, ok := f.refuse.Load(it.Number); ok {
+			out[i].Err = errRefused
+			continue
+		}
+		r, err := f.Store.CommitMulti(ctx, []store.StreamCommit{it}, p)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r[0]
+	}
+	return out, nil
 }
 
 func groupSetup(t *testing.T, maxGroup, n int) (*failingBatchStore, *countingWaiter, *sequence.Leaser, []*sequence.Lease) {
@@ -91,14 +107,14 @@ func receive(t *testing.T, ch <-chan error, what string) error {
 // number is resolved; they are not parked forever.
 func TestRequeuedItemsWakeWhenTheFailedItemResolves(t *testing.T) {
 	t.Parallel()
-	_, w, _, xs := groupSetup(t, sequence.DefaultMaxGroup, 3)
+	s, w, _, xs := groupSetup(t, sequence.DefaultMaxGroup, 3)
 	ctx := context.Background()
 	c2, c3 := commitAsync(xs[1]), commitAsync(xs[2])
 	waitParked(t, w, 2, 1)
 	waitParked(t, w, 3, 1)
-	// 1 leads the group [1 2 3]; the memory backend refuses its function.
-	err := sequence.CommitTx(ctx, xs[0], nil, func(context.Context, any) error { return nil })
-	require.ErrorIs(t, err, store.ErrUnsupported)
+	// 1 leads the group [1 2 3]; the backend refuses it.
+	s.refuse.Store(int64(1), true)
+	require.ErrorIs(t, xs[0].Commit(ctx, nil), errRefused)
 	waitParked(t, w, 2, 2) // requeued
 	waitParked(t, w, 3, 2)
 	require.NoError(t, xs[0].Release(ctx))
@@ -203,15 +219,16 @@ func (c *wrappedMemory) Commit(ctx context.Context, stream string, number int64,
 	return c.Store.Commit(ctx, stream, number, token, p)
 }
 
-// TestWrappedMemoryStoreIsNotBypassed: the Leaser leases and commits one
-// number on a *memory.Store through calls of its own, but a type that embeds
-// one to wrap Lease and Commit has every lease, ordered commit and Complete
-// go through its wrappers.
-func TestWrappedMemoryStoreIsNotBypassed(t *testing.T) {
+// TestAWrapperHidesTheCapabilitiesItDoesNotWrap: a type that embeds a
+// *memory.Store gets its capabilities, whose calls bypass the wrapper's
+// Lease and Commit (store/capability.go); one that embeds the Leaser's
+// interface instead hides them, and every lease, ordered commit and
+// Complete goes through its wrappers.
+func TestAWrapperHidesTheCapabilitiesItDoesNotWrap(t *testing.T) {
 	t.Parallel()
-	s := &wrappedMemory{Store: memory.New(nil)}
-	l, _ := leaserOn(t, s, sequence.Config{})
 	ctx := context.Background()
+	embedded := &wrappedMemory{Store: memory.New(nil)}
+	l, _ := leaserOn(t, embedded, sequence.Config{})
 	for range 3 {
 		x, err := l.Lease(ctx, "w", nil)
 		require.NoError(t, err)
@@ -220,6 +237,20 @@ func TestWrappedMemoryStoreIsNotBypassed(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, y.Complete(ctx, []byte("unordered")))
 	}
-	require.Equal(t, int64(6), s.leases.Load())
-	require.Equal(t, int64(6), s.commits.Load())
+	require.Zero(t, embedded.leases.Load(), "store.OneByOne bypassed the wrapper")
+	require.Zero(t, embedded.commits.Load())
+
+	hidden := &wrappedMemory{Store: memory.New(nil)}
+	l, err := sequence.New(struct{ sequence.Store }{hidden}, &sequence.Config{Barrier: startBarrier(t, hidden.Store)})
+	require.NoError(t, err)
+	for range 3 {
+		x, err := l.Lease(ctx, "w", nil)
+		require.NoError(t, err)
+		require.NoError(t, x.Commit(ctx, []byte("ordered")))
+		y, err := l.Lease(ctx, "w", nil)
+		require.NoError(t, err)
+		require.NoError(t, y.Complete(ctx, []byte("unordered")))
+	}
+	require.Equal(t, int64(6), hidden.leases.Load())
+	require.Equal(t, int64(6), hidden.commits.Load())
 }

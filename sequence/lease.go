@@ -292,7 +292,9 @@ func (x *Lease) Commit(ctx context.Context, payload []byte) error {
 // with other commits (group commit), it is not cancelled when ctx ends: it
 // ends after Config.WriteTimeout. fn runs at most once per successful commit;
 // a retry of a commit that already took effect does not run it again.
-// The memory backend has no transactions: it fails with store.ErrUnsupported.
+// A backend that runs no functions of type T in its transactions (it is no
+// store.TxCommitter[T], as the memory backend is none) fails it with
+// store.ErrUnsupported, changing nothing.
 func CommitTx[T any](ctx context.Context, x *Lease, payload []byte, fn func(context.Context, T) error) error {
 	if err := x.checkPayload(payload); err != nil {
 		return err
@@ -300,9 +302,13 @@ func CommitTx[T any](ctx context.Context, x *Lease, payload []byte, fn func(cont
 	if fn == nil {
 		return fmt.Errorf("sequence: commit %s/%d: %w: nil function", x.stream, x.number, ErrInvalidArgument)
 	}
-	withValues := func(txCtx context.Context, tx T) error {
-		return fn(valuesOf{Context: txCtx, values: ctx}, tx)
+	if _, ok := x.leaser.store.(store.TxCommitter[T]); !ok {
+		return fmt.Errorf("sequence: commit %s/%d: %w: the store runs no functions of %T in its transactions (store.TxCommitter)",
+			x.stream, x.number, store.ErrUnsupported, *new(T))
 	}
+	withValues := txFuncOf[T](func(txCtx context.Context, tx T) error {
+		return fn(valuesOf{Context: txCtx, values: ctx}, tx)
+	})
 	return x.commitOrdered(ctx, payload, withValues)
 }
 
@@ -325,12 +331,17 @@ func (x *Lease) Complete(ctx context.Context, payload []byte) error {
 	if done, err := x.resolvedLocally(); done {
 		return err // a repeat: same outcome, nothing written, nothing counted
 	}
-	ctx, end := x.leaser.observer.StartCommit(ctx, x.stream, x.kind, x.number, false)
+	l := x.leaser
+	ctx, end := l.observer.StartCommit(ctx, x.stream, x.kind, x.number, false)
 	var err error
-	if one := x.leaser.one; one != nil {
-		_, err = one.CommitOne(ctx, x.stream, x.number, x.token, payload, false)
+	if l.commits != nil { // with the commits of other streams (group commit)
+		l.arrive()
+		r := l.sendGroup(ctx, &group{items: []*commitItem{{lease: x, payload: payload}}})
+		if err = r.err; err == nil {
+			err = r.res[0].Err
+		}
 	} else {
-		_, err = x.leaser.store.Commit(ctx, x.stream, x.number, x.token, &store.CommitParams{Payload: payload})
+		err = l.commitPlain(ctx, x, payload, false)
 	}
 	end(err)
 	if err != nil {
@@ -353,7 +364,7 @@ func (x *Lease) resolved(cause error) {
 	// A store across the network reports resolutions later (NOTIFY): tell
 	// the barrier now, so the local waiters behind this number go on. A
 	// local store has already told it, before the call returned.
-	if x.leaser.barrier != nil && !x.leaser.local {
+	if x.leaser.barrier != nil && !x.leaser.inProcess {
 		x.leaser.barrier.Resolved(x.stream, x.number)
 	}
 	x.finish(cause)

@@ -19,9 +19,10 @@ import (
 	"github.com/seqlease/seqlease/store/postgres"
 )
 
-// lostReplyStore loses the reply of the next CommitBatch calls: the commit is
-// sent (and takes effect, when after is set) but the caller gets an error,
-// as when the connection drops after the database committed.
+// lostReplyStore loses the reply of the next commit calls (Commit or
+// CommitMulti): the commit is sent (and takes effect, when after is set)
+// but the caller gets an error, as when the connection drops after the
+// database committed.
 type lostReplyStore struct {
 	fullStore
 	lose  atomic.Int64 // how many calls still lose their reply
@@ -30,16 +31,44 @@ type lostReplyStore struct {
 
 var errConnReset = errors.New("connection reset by peer")
 
-func (s *lostReplyStore) CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error) {
+func (s *lostReplyStore) Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error) {
 	if s.lose.Add(-1) >= 0 {
 		if s.after {
-			if _, err := s.fullStore.CommitBatch(ctx, stream, items, p); err != nil {
+			if _, err := s.fullStore.Commit(ctx, stream, number, token, p); err != nil {
+				return time.Time{}, err
+			}
+		}
+		return time.Time{}, errConnReset
+	}
+	return s.fullStore.Commit(ctx, stream, number, token, p)
+}
+
+func (s *lostReplyStore) CommitMulti(ctx context.Context, items []store.StreamCommit, p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	if s.lose.Add(-1) >= 0 {
+		if s.after {
+			if _, err := s.fullStore.CommitMulti(ctx, items, p); err != nil {
 				return nil, err
 			}
 		}
 		return nil, errConnReset
 	}
-	return s.fullStore.CommitBatch(ctx, stream, items, p)
+	return s.fullStore.CommitMulti(ctx, items, p)
+}
+
+func (s *lostReplyStore) CommitTx(ctx context.Context, items []store.TxCommit[pgx.Tx], p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	tc, ok := s.fullStore.(store.TxCommitter[pgx.Tx])
+	if !ok {
+		return nil, store.ErrUnsupported
+	}
+	if s.lose.Add(-1) >= 0 {
+		if s.after {
+			if _, err := tc.CommitTx(ctx, items, p); err != nil {
+				return nil, err
+			}
+		}
+		return nil, errConnReset
+	}
+	return tc.CommitTx(ctx, items, p)
 }
 
 // TestCommitRetryReportsTheTruth checks I7 through the Leaser: a Commit whose
@@ -154,18 +183,32 @@ func TestLeaseExpiresWhileWaiting(t *testing.T) {
 	}
 }
 
-// batchSizes records the size of every CommitBatch call.
+// batchSizes records the size of every batch of commits (CommitMulti,
+// CommitTx) and forwards CommitTx to a backend that has it.
 type batchSizes struct {
 	fullStore
 	mu    sync.Mutex
 	sizes []int
 }
 
-func (b *batchSizes) CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error) {
+func (b *batchSizes) CommitMulti(ctx context.Context, items []store.StreamCommit, p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	b.record(len(items))
+	return b.fullStore.CommitMulti(ctx, items, p)
+}
+
+func (b *batchSizes) CommitTx(ctx context.Context, items []store.TxCommit[pgx.Tx], p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	tc, ok := b.fullStore.(store.TxCommitter[pgx.Tx])
+	if !ok {
+		return nil, store.ErrUnsupported
+	}
+	b.record(len(items))
+	return tc.CommitTx(ctx, items, p)
+}
+
+func (b *batchSizes) record(n int) {
 	b.mu.Lock()
-	b.sizes = append(b.sizes, len(items))
+	b.sizes = append(b.sizes, n)
 	b.mu.Unlock()
-	return b.fullStore.CommitBatch(ctx, stream, items, p)
 }
 
 func (b *batchSizes) get() []int {
@@ -230,7 +273,7 @@ func TestFailingFunctionInsideAGroup(t *testing.T) {
 }
 
 // TestGroupDelayGathersLaterCommits commits 1 with a group delay while 2..4
-// arrive during the delay: they join its group, one CommitBatch of four.
+// arrive during the delay: they join its group, one batch of four.
 func TestGroupDelayGathersLaterCommits(t *testing.T) {
 	t.Parallel()
 	for name, s := range realBackends(t) {

@@ -12,23 +12,22 @@ import (
 	"time"
 
 	"github.com/seqlease/seqlease/barrier"
-	"github.com/seqlease/seqlease/internal/inproc"
+	"github.com/seqlease/seqlease/internal/batch"
 	"github.com/seqlease/seqlease/store"
 )
 
-// Store is what the Leaser needs of a backend (store/memory, store/postgres).
+// Store is what the Leaser needs of a backend (store/memory,
+// store/postgres). What a backend can do beyond it, the Leaser checks and
+// uses: store.InProcess (no batching), store.OneByOne (a lease and a commit
+// that allocate nothing), store.MultiLeaser (lease coalescing, across
+// streams), store.MultiCommitter (group commit, across streams) and
+// store.TxCommitter (CommitTx).
 type Store interface {
 	Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error)
 	Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error)
-	CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error)
 	Release(ctx context.Context, stream string, number int64, token store.Token, p *store.ReleaseParams) error
 	Extend(ctx context.Context, stream string, number int64, token store.Token, p *store.ExtendParams) (now, expiresAt time.Time, err error)
 }
-
-// localStore is a store that answers in process, without a round trip, and
-// reports every resolution to its watchers (the barrier) before the call
-// that made it returns (store/memory).
-type localStore interface{ Local() bool }
 
 // Waiter is what the Leaser needs of the barrier: *barrier.Barrier.
 type Waiter interface {
@@ -79,19 +78,21 @@ type Config struct {
 	Owner string
 	// MaxGroup bounds group commit: when consecutive numbers of a stream
 	// are ready to commit in this process, up to MaxGroup of them commit in
-	// one transaction. 1 turns group commit off. Default: DefaultMaxGroup,
-	// or 1 on a store that answers in process (store/memory), where there
-	// is no round trip to save.
+	// one transaction, together with those of other streams ready at the
+	// same time and with concurrent Complete calls. 1 turns group commit
+	// off. Default: DefaultMaxGroup, or 1 on a store that answers in
+	// process (store.InProcess), where there is no round trip to save.
+	// Group commit needs a store.MultiCommitter.
 	MaxGroup int
 	// GroupDelay is how long a group may wait for more consecutive commits
 	// to join it before it goes to the database. It adds latency to buy
 	// larger groups; at most MaxGroupDelay. Default: 0 (a group takes what
 	// is ready, nothing more).
 	GroupDelay time.Duration
-	// MaxLeaseBatch bounds lease coalescing: concurrent Lease calls on one
-	// stream share one statement of up to MaxLeaseBatch numbers. 1 turns
+	// MaxLeaseBatch bounds lease coalescing: concurrent Lease calls, on any
+	// streams, share one statement of up to MaxLeaseBatch numbers. 1 turns
 	// coalescing off. Default: DefaultMaxLeaseBatch, or 1 on a store that
-	// answers in process.
+	// answers in process. Coalescing needs a store.MultiLeaser.
 	MaxLeaseBatch int
 	// WriteTimeout bounds a shared statement (a coalesced lease, a group
 	// commit), which runs on behalf of several callers and so does not end
@@ -134,12 +135,15 @@ type Leaser struct {
 	observer      Observer
 	observed      bool // Config.Observer was set: only then are waits timed
 	leaseParams   *store.LeaseParams
-	local         bool            // the store answers in process and notifies its watchers before it returns
-	one           inproc.OneStore // the store's calls for one number, if it has them (store/memory)
+	inProcess     bool           // the store answers in process and notifies its watchers before it returns
+	one           store.OneByOne // the store's calls for one number, if it has them (store/memory)
 
-	leaseQueues sync.Map     // stream -> *leaseQueue
-	committers  sync.Map     // stream -> *committer
-	boostedTTL  atomic.Int64 // the default TTL while boosted (BoostTTL); 0: not boosted
+	wave       *batch.Wave                                           // shared by the lease and commit engines
+	leases     *batch.Batcher[store.StreamLeases, store.LeaseResult] // nil: leases go alone (batching.go)
+	commits    *batch.Batcher[*group, groupResult]                   // nil: no group commit
+	txEngines  sync.Map                                              // txKey[T] -> the engine of CommitTx[T]
+	committers sync.Map                                              // stream -> *committer
+	boostedTTL atomic.Int64                                          // the default TTL while boosted (BoostTTL); 0: not boosted
 }
 
 // New returns a Leaser on s. It returns an error naming the field when cfg
@@ -152,9 +156,9 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		cfg = &Config{}
 	}
 	maxGroup, maxLeaseBatch := DefaultMaxGroup, DefaultMaxLeaseBatch
-	ls, local := s.(localStore)
-	local = local && ls.Local()
-	if local {
+	ip, inProcess := s.(store.InProcess)
+	inProcess = inProcess && ip.InProcess()
+	if inProcess {
 		// Coalescing and group commit save database round trips; a store
 		// that answers in process has none to save, and they would only
 		// add hand-offs between goroutines.
@@ -208,11 +212,13 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		l.now, l.sysClock = time.Now, true
 	}
 	l.leaseParams = &store.LeaseParams{Owner: l.owner} // read-only, shared by every call
-	l.local = local
+	l.inProcess = inProcess
 	// Lease uses these when it does not coalesce, and Commit and Complete
 	// when they do not group, instead of the general calls, whose slices
 	// and parameters cost an allocation each on every operation.
-	l.one = inproc.One(s)
+	l.one, _ = s.(store.OneByOne)
+	l.wave = batch.NewWave()
+	l.newEngines()
 	l.observed = l.observer != nil
 	if l.observer == nil {
 		l.observer = nopObserver{}
@@ -241,7 +247,7 @@ type LeaseOpts struct {
 // Lease leases the next number of stream. Concurrent calls on one stream
 // share one round trip (lease coalescing).
 func (l *Leaser) Lease(ctx context.Context, stream string, opts *LeaseOpts) (*Lease, error) {
-	if l.one != nil && l.maxLeaseBatch <= 1 {
+	if l.one != nil && l.leases == nil {
 		return l.leaseOne(ctx, stream, opts)
 	}
 	entries, start, err := l.lease(ctx, stream, 1, opts)
@@ -316,7 +322,7 @@ func (l *Leaser) lease(ctx context.Context, stream string, n int, opts *LeaseOpt
 	for i := range reqs {
 		reqs[i] = store.LeaseRequest{OperationID: opts.OperationID, Kind: opts.Kind, TTL: ttl}
 	}
-	coalesce := n < l.maxLeaseBatch && l.maxLeaseBatch > 1
+	coalesce := l.leases != nil && n < l.maxLeaseBatch
 	// Validate here, not in the shared statement: one caller's bad input
 	// must not fail the others it would be coalesced with. (Alone, the
 	// store's own validation says the same.)
@@ -331,7 +337,10 @@ func (l *Leaser) lease(ctx context.Context, stream string, n int, opts *LeaseOpt
 	ctx, end := l.observer.StartLease(ctx, stream, opts.Kind, n)
 	start = l.now()
 	if coalesce {
-		entries, err = l.leaseQueue(stream).lease(ctx, l, stream, reqs)
+		var r store.LeaseResult
+		if r, err = l.leases.Do(ctx, store.StreamLeases{Stream: stream, Requests: reqs}); err == nil {
+			entries, err = r.Entries, r.Err
+		}
 	} else {
 		entries, err = l.store.Lease(ctx, stream, reqs, l.leaseParams)
 	}

@@ -12,7 +12,8 @@ import (
 var ErrNotReady = errors.New("seqlease: earlier numbers are unresolved")
 
 // ErrUnsupported reports an operation the backend cannot do, such as running
-// a PostgreSQL transaction function on the memory backend.
+// a PostgreSQL transaction function on the memory backend (which is not a
+// TxCommitter).
 var ErrUnsupported = errors.New("seqlease: not supported by this backend")
 
 // CommitItem is one commit of a batch.
@@ -20,13 +21,6 @@ type CommitItem struct {
 	Number  int64
 	Token   Token
 	Payload []byte
-	// Func, if not nil, runs inside the committing transaction, after the
-	// entry's conditional write and before the transaction commits; if it
-	// fails, the item's commit is rolled back and the item fails with its
-	// error. Its type is backend-specific (store/postgres takes
-	// func(context.Context, pgx.Tx) error); other backends return
-	// ErrUnsupported.
-	Func any
 }
 
 // CommitResult is the outcome of one CommitItem.

@@ -142,14 +142,6 @@ type LeaseHolding struct {
 type LeaseBatchParams struct {
 	NoHistory bool
 	Now       *time.Time
-	// Decided, when set, is called at most once by AcquireLeases, when the
-	// backend has decided the items of its first statement but before it
-	// confirmed their commit (a durable commit waits for a WAL flush): a
-	// caller that sends one batch at a time may send its next one then.
-	// The outcomes are final only when AcquireLeases returns, and may still
-	// turn into errors (a failed commit). It must not block. Backends that
-	// answer in process (store/memory) and ReleaseLeases ignore it.
-	Decided func()
 }
 
 // RenewLeaseParams are the options of RenewLease. TTL is required.

@@ -20,6 +20,9 @@ type Sink interface {
 	// Resolved reports that number of stream is resolved (committed or gap).
 	// It may be reported more than once.
 	Resolved(stream string, number int64)
+	// ResolvedThrough reports that every number of stream up to through
+	// is resolved (an ordered commit of through succeeded).
+	ResolvedThrough(stream string, through int64)
 	// Reset reports that resolutions may have been missed (at the start of
 	// watching, and after a reconnect): the receiver must re-read the truth
 	// with Snapshot before relying on what it was told.

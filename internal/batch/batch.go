@@ -52,6 +52,18 @@ type Config[Req, Res any] struct {
 	// context like the others; Close waits for those goroutines. Without
 	// it the leader stays until its batch returns (at most Timeout).
 	Async bool
+	// Taken, if set, is called with the requests of a batch when the
+	// leader takes them from the queue, before they are sent: a consumer
+	// may add to them what joined since they queued (the sequence Leaser
+	// adds to a run of commits the consecutive ones parked meanwhile).
+	Taken func(reqs []Req)
+	// Callers is how many callers a request answers, for the Wave: the
+	// commits of a run, whose callers wait for its leader. Default: 1.
+	Callers func(Req) int
+	// ArriveElsewhere says that callers count their arrival on the Wave
+	// themselves (Wave.Arrive), before they reach this Batcher: Do does
+	// not count it.
+	ArriveElsewhere bool
 }
 
 // Batcher coalesces the concurrent calls of one kind. It is safe for
@@ -66,6 +78,9 @@ type Batcher[Req, Res any] struct {
 	direct      bool
 	wave        *Wave
 	async       bool
+	taken       func(reqs []Req)
+	callers     func(Req) int
+	arriveHere  bool
 
 	mu      sync.Mutex
 	waiting []*call[Req, Res]
@@ -100,6 +115,9 @@ func New[Req, Res any](cfg Config[Req, Res]) *Batcher[Req, Res] {
 		direct:      cfg.Direct,
 		wave:        cfg.Wave,
 		async:       cfg.Async,
+		taken:       cfg.Taken,
+		callers:     cfg.Callers,
+		arriveHere:  !cfg.ArriveElsewhere,
 	}
 }
 
@@ -116,9 +134,9 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	c := &call[Req, Res]{req: req, lead: make(chan struct{}), done: make(chan struct{})}
 	b.mu.Lock()
 	b.waiting = append(b.waiting, c)
-	if b.wave != nil {
+	if b.wave != nil && b.arriveHere {
 		// Counted once queued: a leader that this arrival wakes finds it.
-		b.wave.arrived()
+		b.wave.Arrive()
 	}
 	b.passLead()
 	b.mu.Unlock()
@@ -257,8 +275,15 @@ func (b *Batcher[Req, Res]) run(ctx context.Context, me *call[Req, Res]) bool {
 		b.bg.Add(1) // under b.mu, before Close: Close waits for it
 	}
 	b.mu.Unlock()
+	if b.taken != nil {
+		reqs := make([]Req, n)
+		for i, c := range calls {
+			reqs[i] = c.req
+		}
+		b.taken(reqs)
+	}
 	if b.wave != nil {
-		b.wave.sent(n)
+		b.wave.sent(b.count(calls, false))
 	}
 	if async {
 		go func() {
@@ -321,7 +346,8 @@ func (b *Batcher[Req, Res]) dispatch(ctx context.Context, calls []*call[Req, Res
 		}
 	}
 	if b.wave != nil { // before its callers wake: their next calls are its arrivals
-		b.wave.answered(n, n-len(lostReqs), took)
+		all := b.count(calls, false)
+		b.wave.answered(all, all-b.count(calls, true), took)
 	}
 	for _, c := range calls {
 		close(c.done)
@@ -332,6 +358,23 @@ func (b *Batcher[Req, Res]) dispatch(ctx context.Context, calls []*call[Req, Res
 	if len(lostReqs) > 0 && b.orphans != nil {
 		b.orphans(ctx, lostReqs, lostRes)
 	}
+}
+
+// count returns how many callers calls answer (Config.Callers), only of
+// those abandoned if abandoned. b.mu must be held if abandoned.
+func (b *Batcher[Req, Res]) count(calls []*call[Req, Res], abandoned bool) int {
+	n := 0
+	for _, c := range calls {
+		if abandoned && !c.abandoned {
+			continue
+		}
+		if b.callers == nil {
+			n++
+		} else {
+			n += b.callers(c.req)
+		}
+	}
+	return n
 }
 
 // awaitWave waits, holding the lead, while the wave says more callers are

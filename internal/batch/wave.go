@@ -103,8 +103,9 @@ func (w *Wave) answered(n, back int, took time.Duration) {
 	w.notify()
 }
 
-// arrived counts a call.
-func (w *Wave) arrived() {
+// Arrive counts a caller that arrived: Batchers count their calls
+// themselves, but for those configured with ArriveElsewhere.
+func (w *Wave) Arrive() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.pending > 0 {

@@ -31,12 +31,12 @@ func TestWaveAwaitsTheCallersItAnswered(t *testing.T) {
 	require.True(t, isOpen(ch), "four callers were answered together")
 	require.False(t, loop)
 	for range 3 {
-		w.arrived()
+		w.Arrive()
 		require.True(t, isOpen(ch))
 		again, _, _, _ := w.await()
 		require.Equal(t, ch, again, "nothing changed for the leader")
 	}
-	w.arrived()
+	w.Arrive()
 	require.True(t, isClosed(ch), "the last caller woke the leader")
 	ch, _, _, _ = w.await()
 	require.Nil(t, ch)
@@ -48,7 +48,7 @@ func TestWaveWindowEnds(t *testing.T) {
 	w, now := testWave()
 	w.sent(3)
 	w.answered(3, 3, time.Millisecond)
-	w.arrived()
+	w.Arrive()
 	*now = now.Add(waveWindow + time.Microsecond)
 	ch, _, _, _ := w.await()
 	require.Nil(t, ch, "the window is over")
@@ -64,7 +64,7 @@ func TestWaveWindowEnds(t *testing.T) {
 
 	w.sent(2)
 	w.answered(2, 1, time.Millisecond) // one of them gave up: not awaited
-	w.arrived()
+	w.Arrive()
 	ch, _, _, _ = w.await()
 	require.Nil(t, ch)
 }
@@ -85,8 +85,8 @@ func TestWaveLoopAwaitsTheCallsOut(t *testing.T) {
 	for ; !(w.loop >= loopShare); rounds++ {
 		w.sent(2)
 		w.answered(2, 2, time.Millisecond)
-		w.arrived()
-		w.arrived()
+		w.Arrive()
+		w.Arrive()
 	}
 	require.LessOrEqual(t, rounds, 6, "a few rounds of callers that come back make a loop")
 
@@ -100,9 +100,9 @@ func TestWaveLoopAwaitsTheCallsOut(t *testing.T) {
 	ch, _, longest, _ = w.await()
 	require.True(t, isOpen(ch), "now it awaits the callers just answered")
 	require.Equal(t, 2*time.Millisecond, longest)
-	w.arrived()
-	w.arrived()
-	w.arrived()
+	w.Arrive()
+	w.Arrive()
+	w.Arrive()
 	require.True(t, isClosed(ch))
 	ch, _, _, _ = w.await()
 	require.Nil(t, ch)

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seqlease/seqlease/internal/inproc"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -56,12 +55,21 @@ func newStream(name string) *stream {
 	return &stream{name: name, ledger: newLedger(), firstUnresolved: 1}
 }
 
-// Local reports that the store answers in process, without a round trip,
-// and tells its watchers of every resolution before the call that made it
-// returns: the sequence Leaser then neither coalesces leases nor groups
-// commits (they only save round trips), nor reports its own resolutions to
-// the barrier a second time.
-func (s *Store) Local() bool { return true }
+// The capabilities of the memory backend (store.InProcess and the others
+// in store/capability.go).
+var (
+	_ store.InProcess      = (*Store)(nil)
+	_ store.OneByOne       = (*Store)(nil)
+	_ store.MultiLeaser    = (*Store)(nil)
+	_ store.MultiCommitter = (*Store)(nil)
+)
+
+// InProcess reports true: the store answers in process, without a round
+// trip, and tells its watchers of every resolution before the call that
+// made it returns. The sequence Leaser and the lease Manager then send its
+// calls alone (batching only saves round trips), and the Leaser does not
+// report its own resolutions to the barrier a second time.
+func (s *Store) InProcess() bool { return true }
 
 func (s *Store) clock(pinned *time.Time) time.Time {
 	if pinned != nil {
@@ -148,32 +156,12 @@ func (s *Store) Lease(ctx context.Context, name string, reqs []store.LeaseReques
 	return out, nil
 }
 
-func init() {
-	inproc.Register(func(s any) inproc.OneStore {
-		if m, ok := s.(*Store); ok { // exactly: not a type that embeds one
-			return oneByOne{m}
-		}
-		return nil
-	})
-}
-
-// oneByOne gives the sequence Leaser the calls for one number (package
-// internal/inproc): with nothing to allocate for the call, a lease and an
-// ordered commit through the Leaser allocate only its Lease handle.
-type oneByOne struct{ s *Store }
-
-func (o oneByOne) LeaseOne(ctx context.Context, name string, req store.LeaseRequest, p *store.LeaseParams) (store.Entry, error) {
-	return o.s.leaseOne(ctx, name, req, p)
-}
-
-func (o oneByOne) CommitOne(ctx context.Context, name string, number int64, token store.Token, payload []byte, ordered bool) (time.Time, error) {
-	return o.s.commitOne(ctx, name, number, token, payload, ordered)
-}
-
-// leaseOne leases one number of stream, exactly as Lease with the one
+// LeaseOne leases one number of stream, exactly as Lease with the one
 // request req does, and returns its entry by value, without allocating
-// for the call (Lease allocates the slice it returns).
-func (s *Store) leaseOne(ctx context.Context, name string, req store.LeaseRequest, p *store.LeaseParams) (store.Entry, error) {
+// for the call (Lease allocates the slice it returns): with it, a lease and
+// an ordered commit through the sequence Leaser allocate only the Lease
+// handle (store.OneByOne).
+func (s *Store) LeaseOne(ctx context.Context, name string, req store.LeaseRequest, p *store.LeaseParams) (store.Entry, error) {
 	if err := store.ValidateLease(name, []store.LeaseRequest{req}, p); err != nil {
 		return store.Entry{}, fmt.Errorf("lease: %w", err)
 	}
@@ -271,10 +259,10 @@ func (s *Store) Commit(ctx context.Context, name string, number int64, token sto
 	return t, nil
 }
 
-// commitOne commits number with payload (nil for none), exactly as Commit
+// CommitOne commits number with payload (nil for none), exactly as Commit
 // with CommitParams{Payload: payload, Ordered: ordered} does, without
-// allocating for the call (Commit's parameters escape).
-func (s *Store) commitOne(ctx context.Context, name string, number int64, token store.Token, payload []byte, ordered bool) (time.Time, error) {
+// allocating for the call (Commit's parameters escape) (store.OneByOne).
+func (s *Store) CommitOne(ctx context.Context, name string, number int64, token store.Token, payload []byte, ordered bool) (time.Time, error) {
 	st, e, err := s.holding(ctx, name, number, token)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("commit: %w", err)

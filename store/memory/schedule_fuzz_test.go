@@ -228,6 +228,7 @@ type scheduleStore interface {
 	barrier.Source
 	audit.Source
 	gap.Store
+	CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error)
 	ResolveExpired(ctx context.Context, stream string, number int64, p *store.ResolveExpiredParams) error
 	ResolveExpiredBatch(ctx context.Context, stream string, numbers []int64, p *store.ResolveExpiredParams) ([]int64, error)
 	RecoverExpired(ctx context.Context, stream string, number int64, p *store.RecoverParams) (int64, error)

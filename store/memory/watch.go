@@ -9,8 +9,7 @@ import (
 )
 
 // CommitBatch commits items in order under one hold of the stream's lock,
-// each exactly as Commit would. The memory backend has no transactions: an
-// item with a Func fails alone, with ErrUnsupported.
+// each exactly as Commit would.
 func (s *Store) CommitBatch(ctx context.Context, name string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error) {
 	if p == nil {
 		p = &store.CommitBatchParams{}
@@ -36,8 +35,6 @@ func (s *Store) CommitBatch(ctx context.Context, name string, items []store.Comm
 		e, err := st.entry(it.Number)
 		switch {
 		case err != nil:
-		case it.Func != nil:
-			err = fmt.Errorf("transaction functions: %w", store.ErrUnsupported)
 		case e.token != it.Token:
 			err = store.ErrTokenMismatch
 		default:

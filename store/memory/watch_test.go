@@ -18,6 +18,7 @@ type funcSink struct {
 
 func (f funcSink) Resolved(stream string, number int64) { f.resolved(stream, number) }
 func (f funcSink) Reset()                               { f.reset() }
+func (f funcSink) ResolvedThrough(string, int64)        {}
 
 // TestWatchTakesAnySink: Watch must not compare sinks by value to find its
 // own registration when it ends: that panics for uncomparable types.

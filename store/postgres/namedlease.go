@@ -412,6 +412,13 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.A
 // fails alone. An acquire that lost a race to a concurrent change of its
 // row is read again, in the next statement.
 func (s *Store) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams) []store.AcquireLeaseResult {
+	return s.AcquireLeasesEarly(ctx, reqs, p, nil)
+}
+
+// AcquireLeasesEarly implements store.EarlyAcquirer: AcquireLeases whose
+// first statement, when decided is not nil, asks for its rows before its
+// commit (see queryDecided), and calls decided between the two.
+func (s *Store) AcquireLeasesEarly(ctx context.Context, reqs []store.AcquireLeaseRequest, p *store.LeaseBatchParams, decided func()) []store.AcquireLeaseResult {
 	if p == nil {
 		p = &store.LeaseBatchParams{}
 	}
@@ -424,7 +431,6 @@ func (s *Store) AcquireLeases(ctx context.Context, reqs []store.AcquireLeaseRequ
 		}
 		todo = append(todo, i)
 	}
-	decided := p.Decided
 	if decided != nil {
 		decided = sync.OnceFunc(decided)
 	}

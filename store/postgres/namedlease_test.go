@@ -297,12 +297,13 @@ func TestAWaiterAndAReleaseCannotMissEachOther(t *testing.T) {
 	})
 }
 
-// TestAcquireLeasesSignalsDecided: AcquireLeases calls Decided once, before
-// it returns, when its statement's rows can come before its commit (a pool
-// in pgx's default mode), and never otherwise (the simple protocol, a
-// Store in a transaction); the outcomes are the same either way: a grant
-// for each free name, the holder for a held one.
-func TestAcquireLeasesSignalsDecided(t *testing.T) {
+// TestAcquireLeasesEarlySignalsDecided: AcquireLeasesEarly (the
+// store.EarlyAcquirer capability) calls decided once, before it returns,
+// when its statement's rows can come before its commit (a pool in pgx's
+// default mode), and never otherwise (the simple protocol, a Store in a
+// transaction); the outcomes are the same either way: a grant for each
+// free name, the holder for a held one.
+func TestAcquireLeasesEarlySignalsDecided(t *testing.T) {
 	t.Parallel()
 	for _, simple := range []bool{false, true} {
 		for _, inTx := range []bool{false, true} {
@@ -331,7 +332,7 @@ func TestAcquireLeasesSignalsDecided(t *testing.T) {
 						{Name: "held", Owner: "bob", TTL: time.Minute},
 						{Name: fmt.Sprint("a-", round), Owner: "bob", TTL: time.Minute},
 					}
-					res := bs.AcquireLeases(ctx, reqs, &store.LeaseBatchParams{Decided: func() { decided++ }})
+					res := bs.AcquireLeasesEarly(ctx, reqs, nil, func() { decided++ })
 					want := 1
 					if simple || inTx {
 						want = 0

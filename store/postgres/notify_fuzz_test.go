@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"math/rand/v2"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,19 +13,13 @@ import (
 )
 
 // Fuzz targets of the parsers of the NOTIFY payloads that the listeners
-// read: parseResolution (the barrier's resolutions, sent by notifyExpr) and
-// parseWaiter (the named-lease waiters' announcements, sent by
-// AnnounceLeaseWaiter). The formatters are SQL; formatResolution and
-// formatWaiter below model them. Any session that can connect may NOTIFY on
-// the channel, so a parser must refuse whatever its formatter cannot send:
-// each target checks the round trip of valid values and that a raw payload
-// is accepted exactly when it has the documented form, with its values.
-
-// formatResolution is notifyExpr's payload: 'r' || chr(9) || stream ||
-// chr(9) || number::text.
-func formatResolution(stream string, number int64) string {
-	return "r\t" + stream + "\t" + strconv.FormatInt(number, 10)
-}
+// read: parseNotice (the barrier's resolutions, formatted by
+// streamNotice.appendPayloads) and parseWaiter (the named-lease waiters'
+// announcements, sent by AnnounceLeaseWaiter, whose SQL formatWaiter below
+// models). Any session that can connect may NOTIFY on the channel, so a
+// parser must refuse whatever its formatter cannot send: each target checks
+// the round trip of valid values and that a raw payload is accepted exactly
+// when it has the documented form, with its values.
 
 // formatWaiter is AnnounceLeaseWaiter's payload after "w<TAB>": name,
 // waiter, since in microseconds (0: withdrawn; at least 1 otherwise) and
@@ -49,54 +45,148 @@ func nonNegative(s string) (int64, bool) {
 	return n, err == nil
 }
 
-// payloadSeeds are raw payloads every parser target starts from; the
-// payloads a parser once accepted though they are not of its form are kept
-// under testdata/fuzz.
+// payloadSeeds are raw payloads every parser target starts from, those a
+// parser once accepted though they are not of its form among them.
 var payloadSeeds = []string{
 	"", "r", "r\t", "r\ts", "r\ts\t1", "r\ts\t9223372036854775807", "r\ts\t9223372036854775808", "r\ts\t1 ",
 	"r\ts\t1\t", "r\ts\tt\t1", "l\ts", "w\tn\to\t1\t1", "n\to\t1\t0", "n\to\t0\t0", "n\to\t1700000000000000\t7",
 	"n\to\t1", "n\to\t1\t1\t1", "n\to\t1\t9223372036854775808", "n\to\t1\t1 ",
+	"r\ts\t01", "r\ts\t+1", "r\ts\t0", "r\t\t1", "r\tnul\x00\t1", "0",
+	"r\ts\t1,2", "r\ts\t1-3,5", "r\ts\t3-1", "r\ts\t1-1", "r\ts\t1,,2", "r\ts\t1-", "r\ts\t-1", "r\ts\t1-2-3",
+	"r\ts\t1-10000", "r\ts\t1-10001", "r\ts\t1-9223372036854775807", "t\ts\t5", "t\ts\t0", "t\ts\t5,6", "w\ts\t5", "s\ts", "s\t", "s\ts\t1",
 }
 
-func FuzzParseResolution(f *testing.F) {
-	for _, p := range payloadSeeds {
-		f.Add("s", int64(1), p)
+// refNotice parses raw by the documented form, with regular expressions: a
+// reference for parseNotice.
+func refNotice(raw string) (notice, bool) {
+	kind, rest, ok := strings.Cut(raw, "\t")
+	switch {
+	case !ok:
+		return notice{}, false
+	case kind == "s":
+		return notice{kind: 's', stream: rest}, store.ValidateStream(rest) == nil
+	case kind != "t" && kind != "r":
+		return notice{}, false
 	}
-	for _, s := range []string{"orders", "a\tb", "日本語", strings.Repeat("s", store.MaxNameLen)} {
-		for _, n := range []int64{1, 1<<63 - 1} {
-			f.Add(s, n, formatResolution(s, n))
-		}
+	i := strings.LastIndexByte(rest, '\t')
+	if i < 0 || store.ValidateStream(rest[:i]) != nil {
+		return notice{}, false
 	}
-	f.Fuzz(func(t *testing.T, stream string, number int64, raw string) {
-		// The round trip: every valid resolution comes back as sent, and
-		// nothing else is read from what the formatter would make of it.
-		valid := store.ValidateStream(stream) == nil && number >= 1
-		s, n, ok := parseResolution(formatResolution(stream, number))
-		switch {
-		case valid && (!ok || s != stream || n != number):
-			t.Fatalf("parseResolution(formatResolution(%q, %d)) = %q, %d, %v", stream, number, s, n, ok)
-		case !valid && ok:
-			t.Fatalf("parseResolution(formatResolution(%q, %d)) accepted a resolution the store cannot send", stream, number)
+	nt := notice{kind: kind[0], stream: rest[:i]}
+	list := rest[i+1:]
+	if nt.kind == 't' {
+		n, ok := nonNegative(list)
+		nt.through = n
+		return nt, ok && n >= 1
+	}
+	if !listForm.MatchString(list) {
+		return notice{}, false
+	}
+	var listed int64
+	for _, item := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(item, "-")
+		a, ok := nonNegative(lo)
+		if !ok || a < 1 {
+			return notice{}, false
 		}
-
-		// The documented form: "r", a valid stream name, a number >= 1 as
-		// PostgreSQL prints it, separated by tabs.
-		wantOK := false
-		var wantS string
-		var wantN int64
-		if kind, rest, found := strings.Cut(raw, "\t"); found && kind == "r" {
-			if i := strings.LastIndexByte(rest, '\t'); i >= 0 {
-				wantS = rest[:i]
-				wantN, wantOK = nonNegative(rest[i+1:])
-				wantOK = wantOK && wantN >= 1 && store.ValidateStream(wantS) == nil
+		b := a
+		if isRange {
+			if b, ok = nonNegative(hi); !ok || b <= a || b-a >= maxListed {
+				return notice{}, false
 			}
 		}
-		s, n, ok = parseResolution(raw)
+		if listed += b - a + 1; listed > maxListed {
+			return notice{}, false
+		}
+		nt.ranges = append(nt.ranges, [2]int64{a, b})
+	}
+	return nt, true
+}
+
+// listForm is the form of the list of an "r" notice.
+var listForm = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+
+func FuzzParseNotice(f *testing.F) {
+	for _, p := range payloadSeeds {
+		f.Add("s", int64(0), uint64(1), 1, p)
+	}
+	for _, s := range []string{"orders", "a\tb", "日本語", strings.Repeat("s", store.MaxNameLen), ""} {
+		for _, through := range []int64{0, 1, 7, 1<<63 - 1} {
+			f.Add(s, through, uint64(0x5eed), 40, "")
+		}
+	}
+	f.Fuzz(func(t *testing.T, stream string, through int64, seed uint64, count int, raw string) {
+		// The round trip: the payloads of any collection of resolutions
+		// of a valid stream come back as collected, and those of an invalid
+		// one are refused.
+		sn := &streamNotice{through: min(max(through, 0), 1<<62)} // numbers above it stay below 2^63
+		r := rand.New(rand.NewPCG(seed, seed))
+		for range min(max(count, 0), 3*maxListed) {
+			sn.numbers = append(sn.numbers, max(sn.through, 0)+1+r.Int64N(1+int64(r.IntN(3))*500))
+		}
+		if len(sn.numbers) > maxListed {
+			sn.numbers, sn.reread = nil, true
+		}
+		valid := store.ValidateStream(stream) == nil
+		gotThrough, got, reread := int64(0), map[int64]bool{}, false
+		for _, p := range sn.appendPayloads(nil, stream) {
+			if len(p) > maxPayload+len(stream)+32 {
+				t.Fatalf("payload of %d bytes", len(p))
+			}
+			nt, ok := parseNotice(p)
+			if !valid {
+				if ok {
+					t.Fatalf("parseNotice(%q) accepted a notice of an invalid stream", p)
+				}
+				continue
+			}
+			if !ok || nt.stream != stream {
+				t.Fatalf("parseNotice(%q) = %+v, %v", p, nt, ok)
+			}
+			switch nt.kind {
+			case 't':
+				gotThrough = nt.through
+			case 's':
+				reread = true
+			case 'r':
+				for _, rg := range nt.ranges {
+					for n := rg[0]; n <= rg[1]; n++ {
+						got[n] = true
+					}
+				}
+			}
+		}
+		if !valid {
+			return
+		}
+		want := map[int64]bool{}
+		for _, n := range sn.numbers {
+			if n > sn.through {
+				want[n] = true
+			}
+		}
+		switch {
+		case gotThrough != sn.through:
+			t.Fatalf("through %d, want %d", gotThrough, sn.through)
+		case reread != sn.reread:
+			t.Fatalf("reread %v, want %v", reread, sn.reread)
+		case len(got) != len(want):
+			t.Fatalf("%d numbers back, want %d", len(got), len(want))
+		}
+		for n := range want {
+			if !got[n] {
+				t.Fatalf("number %d lost", n)
+			}
+		}
+
+		// The documented form.
+		wantNT, wantOK := refNotice(raw)
+		gotNT, ok := parseNotice(raw)
 		switch {
 		case ok != wantOK:
-			t.Fatalf("parseResolution(%q) ok = %v, want %v (%q, %d)", raw, ok, wantOK, s, n)
-		case ok && (s != wantS || n != wantN):
-			t.Fatalf("parseResolution(%q) = %q, %d, want %q, %d", raw, s, n, wantS, wantN)
+			t.Fatalf("parseNotice(%q) ok = %v, want %v (%+v)", raw, ok, wantOK, gotNT)
+		case ok && !reflect.DeepEqual(gotNT, wantNT):
+			t.Fatalf("parseNotice(%q) = %+v, want %+v", raw, gotNT, wantNT)
 		}
 	})
 }

@@ -49,6 +49,7 @@ type Store struct {
 	channel string // the NOTIFY channel: the schema's name
 	logger  *slog.Logger
 	decided decidedSetup // see queryDecided
+	notes   *notices     // notice.go
 }
 
 // New returns a Store on db. It validates the schema name but does not touch
@@ -65,7 +66,9 @@ func New(db DB, cfg *Config) (*Store, error) {
 	if cfg != nil && cfg.Logger != nil {
 		logger = cfg.Logger
 	}
-	return &Store{db: db, q: buildQueries(schema), channel: schema, logger: logger}, nil
+	s := &Store{db: db, q: buildQueries(schema), channel: schema, logger: logger}
+	s.notes = newNotices(s)
+	return s, nil
 }
 
 // maxAttempts bounds the retries of a conditional write whose refusal could
@@ -117,19 +120,33 @@ func (s *Store) Commit(ctx context.Context, stream string, number int64, token s
 	}
 	for range maxAttempts {
 		var resolvedAt time.Time
-		err := s.db.QueryRow(ctx, s.q.commit, stream, number, uuid(token), p.Payload, p.Now, p.Ordered, s.channel).Scan(&resolvedAt)
+		err := s.db.QueryRow(ctx, s.q.commit, stream, number, uuid(token), p.Payload, p.Now, p.Ordered).Scan(&resolvedAt)
 		if err == nil {
+			s.committed(ctx, stream, number, p.Ordered)
 			return resolvedAt, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return time.Time{}, interpretError("commit", err)
 		}
 		resolvedAt, err = s.explainCommit(ctx, s.db, stream, number, token, p.Now, p.Ordered)
+		if err == nil {
+			s.committed(ctx, stream, number, false) // a repeat: notice it again, in case the first was lost
+		}
 		if !errors.Is(err, errChanged) {
 			return resolvedAt, err
 		}
 	}
 	return time.Time{}, fmt.Errorf("commit: entry %d kept changing under concurrent writers", number)
+}
+
+// committed notices the commit of number: with ordered, every number up
+// to it is resolved.
+func (s *Store) committed(ctx context.Context, stream string, number int64, ordered bool) {
+	if ordered {
+		s.notes.resolved(ctx, stream, number)
+		return
+	}
+	s.notes.resolved(ctx, stream, 0, number)
 }
 
 // errChanged says a refused write could not be explained because the entry
@@ -164,12 +181,12 @@ func (s *Store) Release(ctx context.Context, stream string, number int64, token 
 		p = &store.ReleaseParams{}
 	}
 	for range maxAttempts {
-		var released int
-		err := s.db.QueryRow(ctx, s.q.release, stream, number, uuid(token), p.Now, s.channel).Scan(&released)
+		tag, err := s.db.Exec(ctx, s.q.release, stream, number, uuid(token), p.Now)
 		if err != nil {
 			return interpretError("release", err)
 		}
-		if released == 1 {
+		if tag.RowsAffected() == 1 {
+			s.notes.resolved(ctx, stream, 0, number)
 			return nil
 		}
 		pr, err := s.probe(ctx, s.db, stream, number, token, p.Now)
@@ -238,12 +255,12 @@ func (s *Store) ResolveExpired(ctx context.Context, stream string, number int64,
 		return fmt.Errorf("resolve expired: %w", err)
 	}
 	for range maxAttempts {
-		var resolved int
-		err := s.db.QueryRow(ctx, s.q.resolveExpired, stream, number, reason, p.RecoveredAs, p.Now, s.channel).Scan(&resolved)
+		tag, err := s.db.Exec(ctx, s.q.resolveExpired, stream, number, reason, p.RecoveredAs, p.Now)
 		if err != nil {
 			return interpretError("resolve expired", err)
 		}
-		if resolved == 1 {
+		if tag.RowsAffected() == 1 {
+			s.notes.resolved(ctx, stream, 0, number)
 			return nil
 		}
 		if err := s.explainExpiry(ctx, stream, number, p.Now); !errors.Is(err, errChanged) {
@@ -264,13 +281,16 @@ func (s *Store) ResolveExpiredBatch(ctx context.Context, stream string, numbers 
 		return nil, fmt.Errorf("resolve expired batch: %w", err)
 	}
 	lo, hi := slices.Min(numbers), slices.Max(numbers)
-	rows, err := s.db.Query(ctx, s.q.resolveExpiredBatch, stream, numbers, reason, p.Now, s.channel, lo, hi)
+	rows, err := s.db.Query(ctx, s.q.resolveExpiredBatch, stream, numbers, reason, p.Now, lo, hi)
 	if err != nil {
 		return nil, interpretError("resolve expired batch", err)
 	}
 	resolved, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return nil, interpretError("resolve expired batch", err)
+	}
+	if len(resolved) > 0 {
+		s.notes.resolved(ctx, stream, 0, resolved...)
 	}
 	return resolved, nil
 }
@@ -285,8 +305,9 @@ func (s *Store) RecoverExpired(ctx context.Context, stream string, number int64,
 	reason := cmp.Or(p.Reason, store.ReasonRecovered)
 	for range maxAttempts {
 		var moved int64
-		err := s.db.QueryRow(ctx, s.q.recoverExpired, stream, number, p.Owner, p.Payload, p.RecoveryType, reason, p.Now, s.channel).Scan(&moved)
+		err := s.db.QueryRow(ctx, s.q.recoverExpired, stream, number, p.Owner, p.Payload, p.RecoveryType, reason, p.Now).Scan(&moved)
 		if err == nil {
+			s.notes.resolved(ctx, stream, 0, number, moved)
 			return moved, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -316,7 +337,7 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, stream string, items []
 		numbers[i], payloads[i], types[i] = it.Number, it.Payload, it.RecoveryType
 	}
 	reason := cmp.Or(p.Reason, store.ReasonRecovered)
-	rows, err := s.db.Query(ctx, s.q.recoverExpiredBatch, stream, numbers, payloads, types, p.Owner, reason, p.Now, s.channel)
+	rows, err := s.db.Query(ctx, s.q.recoverExpiredBatch, stream, numbers, payloads, types, p.Owner, reason, p.Now)
 	if err != nil {
 		return nil, interpretError("recover expired batch", err)
 	}
@@ -328,6 +349,13 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, stream string, items []
 	})
 	if err != nil {
 		return nil, interpretError("recover expired batch", err)
+	}
+	if len(moved) > 0 {
+		var resolved []int64
+		for old, to := range moved {
+			resolved = append(resolved, old, to)
+		}
+		s.notes.resolved(ctx, stream, 0, resolved...)
 	}
 	out := make([]store.RecoverResult, len(items))
 	var left []int64

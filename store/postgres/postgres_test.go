@@ -2,9 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -33,13 +36,79 @@ func newStore(t *testing.T, simple bool) *postgres.Store {
 }
 
 func TestConformancePostgres(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Store { return newStore(t, false) })
+	storetest.Run(t, func(t *testing.T) storetest.Store { return newInterruptible(t, false) })
 }
 
 // TestConformancePostgresSimpleProtocol runs the suite in pgx's simple
 // protocol mode, the one PgBouncer's transaction pooling needs.
 func TestConformancePostgresSimpleProtocol(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Store { return newStore(t, true) })
+	storetest.Run(t, func(t *testing.T) storetest.Store { return newInterruptible(t, true) })
+}
+
+// interruptible is a Store whose next CommitMulti can be cut mid-way
+// (storetest.Interrupter): another connection locks the entry of the
+// call's last item, so that the call stops there, having run the items
+// before it in its transaction; its server process is terminated, as a
+// lost connection would end it; the lock is let go.
+type interruptible struct {
+	*postgres.Store
+	pool   *pgxpool.Pool
+	schema string
+	armed  atomic.Bool
+}
+
+func newInterruptible(t *testing.T, simple bool) *interruptible {
+	pool := pgtest.Shared(t, simple)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	return &interruptible{Store: s, pool: pool, schema: schema}
+}
+
+func (s *interruptible) InterruptNextCommitMulti() { s.armed.Store(true) }
+
+func (s *interruptible) CommitMulti(ctx context.Context, items []store.StreamCommit, p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	if !s.armed.CompareAndSwap(true, false) || len(items) < 2 {
+		return s.Store.CommitMulti(ctx, items, p)
+	}
+	locker, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = locker.Rollback(context.WithoutCancel(ctx)) }()
+	last := items[len(items)-1]
+	var lockerPID int
+	err = locker.QueryRow(ctx, "SELECT pg_backend_pid() FROM "+pgx.Identifier{s.schema, "entries"}.Sanitize()+
+		" WHERE stream = $1 AND number = $2 FOR UPDATE", last.Stream, last.Number).Scan(&lockerPID)
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		res []store.CommitResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := s.Store.CommitMulti(ctx, items, p)
+		done <- result{res, err}
+	}()
+	for { // the call waits for the lock: cut it there
+		var terminated bool
+		err := s.pool.QueryRow(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", lockerPID).Scan(&terminated)
+		if err == nil && terminated {
+			break
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		select {
+		case r := <-done: // never waited for the lock: not cut, and the suite says so
+			return r.res, r.err
+		case <-time.After(time.Millisecond):
+		}
+	}
+	r := <-done
+	return r.res, r.err
 }
 
 func TestNewRejectsBadSchema(t *testing.T) {

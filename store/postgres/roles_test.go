@@ -334,3 +334,5 @@ func (c *chanSink) Reset() {
 }
 
 func (c *chanSink) Resolved(_ string, number int64) { c.resolved <- number }
+
+func (c *chanSink) ResolvedThrough(_ string, through int64) { c.resolved <- through }

@@ -9,14 +9,15 @@ import (
 
 // queries holds the statements of a Store with the schema quoted in.
 type queries struct {
-	lease, commit, release, extend, resolveExpired string
-	probe, listExpired, listExpiredStream          string
-	read, streamExists, stats, now                 string
-	snapshot, readResolved, lowPoint, listen       string
-	listGaps, listGapHistory, countGaps, fillGap   string
-	fillProbe, trim, recoverExpired                string
-	resolveExpiredBatch, streams                   string
-	recoverExpiredBatch, probeBatch                string
+	lease, leaseMulti, commit, release, extend   string
+	resolveExpired, notices                      string
+	probe, listExpired, listExpiredStream        string
+	read, streamExists, stats, now               string
+	snapshot, readResolved, lowPoint, listen     string
+	listGaps, listGapHistory, countGaps, fillGap string
+	fillProbe, trim, recoverExpired              string
+	resolveExpiredBatch, streams                 string
+	recoverExpiredBatch, probeBatch              string
 }
 
 // entryColumns is the column list scanEntry reads.
@@ -54,6 +55,36 @@ WITH s AS (
 )
 SELECT n.base, n.t FROM n`,
 
+		// lease for several streams in one statement: the items (one row
+		// per number, $1..$5) are counted per stream (c), each stream's
+		// counter row is bumped once by its count, in stream order (s: every
+		// statement takes the rows it locks in the same order, so two
+		// statements cannot deadlock), and the numbers of a stream's block
+		// go to its items in item order. The leased-at time is read once
+		// every counter row is locked (t reads all of s).
+		leaseMulti: `
+WITH r AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::uuid[])
+		WITH ORDINALITY AS r(stream, op, kind, ttl, token, ord)
+), c AS (
+	SELECT stream, count(*) AS n FROM r GROUP BY stream
+), s AS (
+	INSERT INTO {s}.streams AS s (name, last_number)
+	SELECT stream, n FROM c ORDER BY stream COLLATE "C"
+	ON CONFLICT (name) DO UPDATE SET last_number = s.last_number + EXCLUDED.last_number
+	RETURNING s.name, s.last_number
+), t AS (
+	SELECT max(` + nowf(7) + `) AS t FROM s
+), n AS (
+	SELECT r.*, s.last_number - c.n + row_number() OVER (PARTITION BY r.stream ORDER BY r.ord) AS number, t.t
+	FROM r JOIN c ON c.stream = r.stream JOIN s ON s.name = r.stream, t
+), i AS (
+	INSERT INTO {s}.entries (stream, number, state, token, owner, operation_id, kind, leased_at, expires_at)
+	SELECT n.stream, n.number, 'leased', n.token, $6, n.op, n.kind, n.t, n.t + n.ttl * interval '1 microsecond'
+	FROM n
+)
+SELECT n.number, n.t FROM n ORDER BY n.ord`,
+
 		// The conditional writes below are the moment of decision: the row
 		// lock orders a commit against a concurrent expiry resolution, and
 		// the clock is read in the WHERE clause, which PostgreSQL evaluates
@@ -61,32 +92,26 @@ SELECT n.base, n.t FROM n`,
 		// resolved_at is capped just below the expiry: the WHERE clause saw
 		// the clock before it, so the cap never dates a commit before its
 		// decision.
-		// Resolutions notify the schema's channel in the resolving
-		// transaction (notifyExpr), so a listener hears of exactly the
-		// resolutions that committed. An ordered commit ($6) also requires
-		// that no earlier number is still leased (I4); the check reads the
-		// partial index of unresolved entries.
+		// Resolutions send no NOTIFY here: PostgreSQL serializes the
+		// commits of every notifying transaction in the cluster, WAL flush
+		// included. The Store notices them to the other processes after the
+		// commit (notice.go). An ordered commit ($6) also requires that no
+		// earlier number is still leased (I4); the check reads the partial
+		// index of unresolved entries.
 		commit: `
-WITH u AS (
-	UPDATE {s}.entries
-	SET state = 'committed', payload = $4,
-		resolved_at = LEAST(` + nowf(5) + `, expires_at - interval '1 microsecond')
-	WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
-		AND expires_at > ` + nowf(5) + `
-		AND NOT ($6::boolean AND EXISTS (
-			SELECT 1 FROM {s}.entries o WHERE o.stream = $1 AND o.state = 'leased' AND o.number < $2))
-	RETURNING number, resolved_at
-)
-SELECT u.resolved_at FROM u, LATERAL ` + notifyf(7) + ` n`,
+UPDATE {s}.entries
+SET state = 'committed', payload = $4,
+	resolved_at = LEAST(` + nowf(5) + `, expires_at - interval '1 microsecond')
+WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
+	AND expires_at > ` + nowf(5) + `
+	AND NOT ($6::boolean AND EXISTS (
+		SELECT 1 FROM {s}.entries o WHERE o.stream = $1 AND o.state = 'leased' AND o.number < $2))
+RETURNING resolved_at`,
 
 		release: `
-WITH u AS (
-	UPDATE {s}.entries
-	SET state = 'gap', gap_reason = 'released', resolved_at = ` + nowf(4) + `
-	WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
-	RETURNING number
-)
-SELECT count(*) FROM u, LATERAL ` + notifyf(5) + ` n`,
+UPDATE {s}.entries
+SET state = 'gap', gap_reason = 'released', resolved_at = ` + nowf(4) + `
+WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'`,
 
 		extend: `
 UPDATE {s}.entries
@@ -96,13 +121,9 @@ WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
 RETURNING expires_at - $5 * interval '1 microsecond', expires_at`,
 
 		resolveExpired: `
-WITH u AS (
-	UPDATE {s}.entries
-	SET state = 'gap', gap_reason = $3, recovered_as = NULLIF($4, 0), resolved_at = ` + nowf(5) + `
-	WHERE stream = $1 AND number = $2 AND state = 'leased' AND expires_at <= ` + nowf(5) + `
-	RETURNING number
-)
-SELECT count(*) FROM u, LATERAL ` + notifyf(6) + ` n`,
+UPDATE {s}.entries
+SET state = 'gap', gap_reason = $3, recovered_as = NULLIF($4, 0), resolved_at = ` + nowf(5) + `
+WHERE stream = $1 AND number = $2 AND state = 'leased' AND expires_at <= ` + nowf(5),
 
 		// Many expired entries of a stream become gaps in one statement:
 		// one round trip and one WAL flush for the cleanup loop's batches.
@@ -113,18 +134,18 @@ WITH u AS (
 	WHERE stream = $1 AND number = ANY($2::bigint[]) AND state = 'leased'
 		-- the batch's range, so that even a generic plan reads only that
 		-- slice of the stream's unresolved entries, not all of them
-		AND number BETWEEN $6 AND $7
+		AND number BETWEEN $5 AND $6
 		AND expires_at <= ` + nowf(4) + `
 	RETURNING number
 )
-SELECT u.number FROM u, LATERAL ` + notifyf(5) + ` n ORDER BY u.number`,
+SELECT u.number FROM u ORDER BY u.number`,
 
 		// One statement, so one transaction, moves expired work to a new
 		// number: old locks the expired entry (re-checked after any wait
 		// for its lock, like the conditional writes), s takes the next
 		// number (the stream row's lock, as Lease), ins appends the new
 		// committed entry with the recovery metadata, gap resolves the old
-		// entry pointing at it. Both resolutions are notified.
+		// entry pointing at it.
 		recoverExpired: `
 WITH old AS (
 	SELECT operation_id, kind FROM {s}.entries
@@ -147,9 +168,7 @@ WITH old AS (
 	FROM ins WHERE e.stream = $1 AND e.number = $2
 	RETURNING e.number
 )
-SELECT ins.number FROM ins, gap,
-	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || gap.number::text) n1,
-	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || ins.number::text) n2`,
+SELECT ins.number FROM ins, gap`,
 
 		// recoverExpired for several entries of a stream in one statement,
 		// so one transaction and one WAL flush: old locks the expired
@@ -192,10 +211,7 @@ WITH old AS (
 	FROM ins WHERE e.stream = $1 AND e.number = ins.recovered_from
 	RETURNING e.number, e.recovered_as
 )
-SELECT gap.number, gap.recovered_as FROM gap,
-	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || gap.number::text) n1,
-	LATERAL pg_notify($8, 'r' || chr(9) || $1 || chr(9) || gap.recovered_as::text) n2
-ORDER BY gap.number`,
+SELECT gap.number, gap.recovered_as FROM gap ORDER BY gap.number`,
 
 		// probeBatch explains the items recoverExpiredBatch did not move.
 		probeBatch: `
@@ -265,6 +281,15 @@ ORDER BY number LIMIT $3`,
 
 		listen: `LISTEN ` + s,
 
+		// The notices of resolutions that committed (notice.go), on the
+		// schema's channel ($1), in a transaction that does not wait for
+		// its WAL flush ($3; not in a caller's transaction).
+		notices: `
+WITH c AS (
+	SELECT set_config('synchronous_commit', 'off', true) WHERE $3::boolean
+)
+SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p LEFT JOIN c ON true`,
+
 		listGaps:       listGapsSQL, // gap.go and trim.go
 		listGapHistory: listGapHistorySQL,
 		countGaps:      countGapsSQL,
@@ -272,7 +297,7 @@ ORDER BY number LIMIT $3`,
 		fillProbe:      fillProbeSQL,
 		trim:           trimSQL,
 	}
-	for _, p := range []*string{&q.lease, &q.commit, &q.release, &q.extend, &q.resolveExpired,
+	for _, p := range []*string{&q.lease, &q.leaseMulti, &q.commit, &q.release, &q.extend, &q.resolveExpired,
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
 		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams,
@@ -281,15 +306,6 @@ ORDER BY number LIMIT $3`,
 	}
 	return q
 }
-
-// notifyExpr sends a resolution notice on the channel named by parameter
-// %d: "r", stream and number, tab-separated (stream names hold no control
-// characters). It is joined LATERAL to the rows a resolving UPDATE returns
-// (u), once per resolved entry.
-const notifyExpr = `pg_notify($%d, 'r' || chr(9) || $1 || chr(9) || u.number::text)`
-
-// notifyf returns notifyExpr for parameter n.
-func notifyf(n int) string { return fmt.Sprintf(notifyExpr, n) }
 
 // nowf returns nowExpr for parameter n.
 func nowf(n int) string { return fmt.Sprintf(nowExpr, n) }

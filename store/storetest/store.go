@@ -123,9 +123,13 @@ type Store interface {
 	ReadResolved(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
 
 	// Watch reports every resolution that takes effect (Commit, CommitBatch
-	// items, Release, ResolveExpired) to sink, until ctx ends; it calls
-	// sink.Reset when it starts listening and whenever it may have missed
-	// some. It returns ctx's error.
+	// items, Release, ResolveExpired, and the capabilities' commits) to
+	// sink, until ctx ends, one by one (sink.Resolved) or, after ordered
+	// commits, as every number up to one (sink.ResolvedThrough); it never
+	// reports a number that did not resolve, may report one more than
+	// once, and reports the resolutions of a stream in the order they took
+	// effect. It calls sink.Reset when it starts listening and whenever it
+	// may have missed some. It returns ctx's error.
 	Watch(ctx context.Context, sink store.Sink) error
 
 	// ListGaps returns the open gaps of stream (state gap) with numbers >

@@ -17,12 +17,14 @@ import (
 // isolated store each time it is called (an empty schema on PostgreSQL); it
 // is called from parallel subtests, once per leaf subtest (once for the whole
 // BadInput table), and owns the cleanup of what it returns (t.Cleanup).
+//
+// The capabilities the store has (store/capability.go) are checked too,
+// each in a group of its own (LeaseMulti, CommitMulti, OneByOne,
+// InProcess), and so is a batch cut mid-way when the test harness can cut
+// one (Interrupter): a backend is checked for exactly what it claims.
 func Run(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Helper()
-	groups := []struct {
-		name string
-		run  func(t *testing.T, newStore func(t *testing.T) Store)
-	}{
+	groups := []group{
 		{"Lease", testLease},
 		{"Commit", testCommit},
 		{"Release", testRelease},
@@ -44,12 +46,19 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"RecoverExpired", testRecoverExpired},
 		{"RecoverExpiredBatch", testRecoverExpiredBatch},
 	}
+	groups = append(groups, capabilities(newStore(t))...)
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
 			g.run(t, newStore)
 		})
 	}
+}
+
+// group is a group of the suite's subtests: one concept.
+type group struct {
+	name string
+	run  func(t *testing.T, newStore func(t *testing.T) Store)
 }
 
 // bundle is what a subtest works with: a fresh store, a context and a base

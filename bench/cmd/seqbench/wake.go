@@ -36,8 +36,9 @@ func wakeSpecs() []spec {
 	return out
 }
 
-// commitClock records when a Leaser's commits (Commit alone, CommitBatch in
-// groups) reach its store and when they return from it.
+// commitClock records when a Leaser's commits reach its store and when they
+// return from it. It hides the store's capabilities: the Leaser sends every
+// commit alone, through Commit.
 type commitClock struct {
 	sequence.Store
 	mu       sync.Mutex
@@ -47,18 +48,6 @@ type commitClock struct {
 
 func newCommitClock(s sequence.Store) *commitClock {
 	return &commitClock{Store: s, called: map[int64]time.Time{}, returned: map[int64]time.Time{}}
-}
-
-func (c *commitClock) CommitBatch(ctx context.Context, stream string, items []store.CommitItem, p *store.CommitBatchParams) ([]store.CommitResult, error) {
-	called := time.Now()
-	res, err := c.Store.CommitBatch(ctx, stream, items, p)
-	returned := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, it := range items {
-		c.called[it.Number], c.returned[it.Number] = called, returned
-	}
-	return res, err
 }
 
 func (c *commitClock) Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error) {

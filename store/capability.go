@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Capabilities: what a backend can do beyond the storage contract. Each is
+// an optional interface that the consumer checks with a type assertion, as
+// io.Copy checks io.WriterTo; the conformance suite (store/storetest)
+// checks each capability on every backend that has it. A type that embeds
+// a backend to wrap some of its calls also gets the backend's capabilities,
+// whose methods bypass the wrapper: it must wrap them too, or embed the
+// consumer's interface (sequence.Store, say) instead of the backend, which
+// hides them.
+//
+//	capability      store/memory  store/postgres  used by
+//	InProcess       yes           -               sequence, lease: no batching, no round trip to save
+//	OneByOne        yes           -               sequence: a lease and a commit that allocate nothing for the call
+//	MultiLeaser     yes           yes             sequence: concurrent leases of many streams in one statement
+//	MultiCommitter  yes           yes             sequence: ready commits of many streams in one transaction
+//	TxCommitter[T]  -             yes (pgx.Tx)    sequence.CommitTx: the caller's writes in the committing transaction
+//	EarlyAcquirer   -             yes             lease: the next acquire batch is sent while this one's commit is flushed
+
+// InProcess is implemented by a backend that answers in process, without a
+// round trip (store/memory), and that reports every resolution to its
+// watchers (Watch) before the call that made it returns. Its consumers
+// send its calls alone, at once: batching saves round trips, and there
+// are none to save.
+type InProcess interface {
+	// InProcess reports whether the backend answers in process. A wrapper
+	// that adds a round trip, or reports resolutions later, returns false.
+	InProcess() bool
+}
+
+// OneByOne is implemented by a backend whose lease and commit of one number
+// allocate nothing for the call (store/memory): no request or result
+// slice, no parameter struct.
+type OneByOne interface {
+	// LeaseOne does what Lease with the one request req does, and returns
+	// the entry by value.
+	LeaseOne(ctx context.Context, stream string, req LeaseRequest, p *LeaseParams) (Entry, error)
+	// CommitOne does what Commit with CommitParams{Payload: payload,
+	// Ordered: ordered} does.
+	CommitOne(ctx context.Context, stream string, number int64, token Token, payload []byte, ordered bool) (time.Time, error)
+}
+
+// StreamLeases asks for consecutive numbers of one stream, one for each of
+// its Requests: one item of LeaseMulti.
+type StreamLeases struct {
+	Stream   string
+	Requests []LeaseRequest
+}
+
+// LeaseResult is the outcome of one StreamLeases: the entries Lease would
+// return for it, or its error.
+type LeaseResult struct {
+	Entries []Entry
+	Err     error
+}
+
+// MultiLeaser is implemented by a backend that leases numbers of several
+// streams at once (on PostgreSQL, one statement and one commit).
+type MultiLeaser interface {
+	// LeaseMulti leases for each item, as Lease would, consecutive numbers
+	// of its stream; items of one stream get consecutive blocks in item
+	// order. Result i is item i's. An item with bad input gets its
+	// validation error and changes nothing; the others proceed. A failure
+	// of the backend call fails every item sent with the same error, and
+	// leases none of them (numbers stay dense).
+	LeaseMulti(ctx context.Context, items []StreamLeases, p *LeaseParams) []LeaseResult
+}
+
+// StreamCommit is one commit of CommitMulti.
+type StreamCommit struct {
+	Stream  string
+	Number  int64
+	Token   Token
+	Payload []byte
+	// Ordered makes the commit conditional on every earlier number of the
+	// stream being resolved (I4), counting the earlier items of the call
+	// exactly when they succeeded; otherwise it fails with ErrNotReady.
+	Ordered bool
+}
+
+// CommitMultiParams are the options of CommitMulti and CommitTx. A nil
+// pointer means the defaults.
+type CommitMultiParams struct {
+	Now *time.Time // pins the backend's clock; nil uses its now
+}
+
+// MultiCommitter is implemented by a backend that commits numbers of
+// several streams at once (on PostgreSQL, one transaction).
+type MultiCommitter interface {
+	// CommitMulti commits items in order, each exactly as Commit would
+	// with its Ordered flag; an ordered item counts the earlier items of
+	// its stream in this call as resolved exactly when they succeeded.
+	// Result i is item i's: a refusal (ErrTokenMismatch,
+	// ErrExpired, ErrNotReady...) changes nothing for that item and does
+	// not fail the others. An item with bad input (see
+	// ValidateCommitMulti) gets its validation error and is not sent. A
+	// non-nil error means every item's outcome is unknown: retry each
+	// with its token to learn it (I7).
+	CommitMulti(ctx context.Context, items []StreamCommit, p *CommitMultiParams) ([]CommitResult, error)
+}
+
+// TxCommit is one commit of TxCommitter.CommitTx: a StreamCommit and the
+// caller's function for the committing transaction (nil for none).
+type TxCommit[T any] struct {
+	StreamCommit
+	Func func(ctx context.Context, tx T) error
+}
+
+// TxCommitter is implemented by a backend whose commits can run the
+// caller's function inside the committing transaction, so that the
+// caller's writes and the commit are atomic; T is the backend's
+// transaction type (pgx.Tx for store/postgres).
+type TxCommitter[T any] interface {
+	// CommitTx is CommitMulti in one transaction in which each item's
+	// Func runs after the item's conditional write, if that succeeded: if
+	// Func fails, the item's commit is rolled back (and only it) and the
+	// item fails with Func's error. A repeat of a commit that already took
+	// effect succeeds without running Func again.
+	CommitTx(ctx context.Context, items []TxCommit[T], p *CommitMultiParams) ([]CommitResult, error)
+}
+
+// EarlyAcquirer is implemented by a backend that can tell when it has
+// decided a batch of acquires, before the outcomes are durable (a
+// PostgreSQL commit waits for its WAL flush), so that a caller sending one
+// batch at a time may send its next one meanwhile.
+type EarlyAcquirer interface {
+	// AcquireLeasesEarly is AcquireLeases that calls decided at most once,
+	// when the backend has decided the items of its first statement but
+	// before it confirmed their commit. The outcomes are final only when it
+	// returns, and may still turn into errors (a failed commit). decided
+	// must not block.
+	AcquireLeasesEarly(ctx context.Context, reqs []AcquireLeaseRequest, p *LeaseBatchParams, decided func()) []AcquireLeaseResult
+}
+
+// ValidateLeaseMulti checks a LeaseMulti call: 1..MaxBatch items asking
+// for at most MaxBatch numbers in all, and valid params (an error for the
+// whole call); then each item as Lease would (errs[i] is item i's error,
+// nil if it is valid).
+func ValidateLeaseMulti(items []StreamLeases, p *LeaseParams) (errs []error, err error) {
+	if len(items) == 0 || len(items) > MaxBatch {
+		return nil, fmt.Errorf("%w: %d items, must be 1..%d", ErrInvalidCount, len(items), MaxBatch)
+	}
+	total := 0
+	for _, it := range items {
+		total += len(it.Requests)
+	}
+	if total > MaxBatch {
+		return nil, fmt.Errorf("%w: %d numbers in all, at most %d", ErrInvalidCount, total, MaxBatch)
+	}
+	if p != nil {
+		if err := ValidateText("owner", p.Owner); err != nil {
+			return nil, err
+		}
+	}
+	errs = make([]error, len(items))
+	for i, it := range items {
+		errs[i] = ValidateLease(it.Stream, it.Requests, nil)
+	}
+	return errs, nil
+}
+
+// ValidateCommitMulti checks a CommitMulti call: 1..MaxBatch items (an
+// error for the whole call); then each item: a valid stream, number and
+// token, and a number above that of the item before it of its stream
+// (errs[i] is item i's error, nil if it is valid).
+func ValidateCommitMulti(items []StreamCommit) (errs []error, err error) {
+	if len(items) == 0 || len(items) > MaxBatch {
+		return nil, fmt.Errorf("%w: %d items, must be 1..%d", ErrInvalidCount, len(items), MaxBatch)
+	}
+	errs = make([]error, len(items))
+	last := make(map[string]int64, 1)
+	for i, it := range items {
+		if errs[i] = ValidateHolding(it.Stream, it.Number, it.Token); errs[i] != nil {
+			continue
+		}
+		if prev, ok := last[it.Stream]; ok && it.Number <= prev {
+			errs[i] = fmt.Errorf("%w: numbers of a stream must ascend, %d after %d", ErrInvalidNumber, it.Number, prev)
+		}
+		last[it.Stream] = max(last[it.Stream], it.Number)
+	}
+	return errs, nil
+}

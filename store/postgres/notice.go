@@ -1,0 +1,307 @@
+package postgres
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// Notices. The barriers of other processes learn of a resolution from a
+// NOTIFY on the schema's channel. The resolving transaction does not send
+// it: PostgreSQL serializes the commits of every transaction that issued
+// NOTIFY, across the cluster, holding a lock through each commit's WAL
+// flush, so resolving transactions that notified all waited for each
+// other. Instead the Store collects the resolutions that committed and
+// notices them in a transaction of its own, after the commit, with
+// synchronous_commit off (a notice is worth nothing after a crash, so its
+// commit need not wait for a flush, and holds that lock for microseconds):
+// one statement for everything collected since the last one, and per
+// stream one notice (more only if its numbers do not fit in one payload).
+//
+// The payloads, fields separated by tabs (stream names hold no control
+// characters):
+//
+//	t <stream> <n>        every number of the stream up to n is resolved: an
+//	                      ordered commit of n succeeded
+//	r <stream> <numbers>  these numbers are resolved: a comma-separated
+//	                      list of numbers n and ranges a-b (a < b)
+//	s <stream>            something was resolved that the Store could no
+//	                      longer list: re-read
+//
+// Who sends: while a Watch of this Store runs, a goroutine of the Watch
+// sends what was collected as soon as the previous statement returned, so
+// that resolving calls do not wait for it. Without a Watch, the resolving
+// call sends before it returns. On a Store over a caller's transaction
+// (the DB is a pgx.Tx), the notices go in that transaction, which delivers
+// them if and when it commits. A statement that fails puts its notices
+// back, to go with the next one. A notice lost for good (the process
+// crashed between the commit and the notice) only delays the other
+// processes' wake-ups until their safety poll re-reads the stream; a
+// listener that reconnects re-reads everything it may have missed.
+
+const (
+	// maxPayload bounds a notice's payload: PostgreSQL refuses more than
+	// 8,000 bytes.
+	maxPayload = 7900
+	// maxListed bounds the numbers collected for one stream: beyond it the
+	// stream is noticed as "s", re-read.
+	maxListed = 10_000
+	// noticeTimeout bounds a notices statement sent in the background.
+	noticeTimeout = 10 * time.Second
+)
+
+// notices collects a Store's resolutions and sends them (see Notices).
+type notices struct {
+	s      *Store
+	sendMu sync.Mutex // one statement at a time: a stream's notices go out in order
+
+	mu      sync.Mutex
+	pending map[string]*streamNotice
+	serving int           // Watch calls that send in the background
+	wake    chan struct{} // capacity 1: something was collected
+}
+
+// streamNotice is what was collected for one stream.
+type streamNotice struct {
+	through int64   // every number up to it is resolved; 0: none known
+	numbers []int64 // resolved numbers above through, in no order
+	reread  bool    // more than maxListed: notice "s"
+}
+
+func newNotices(s *Store) *notices {
+	return &notices{s: s, pending: map[string]*streamNotice{}, wake: make(chan struct{}, 1)}
+}
+
+// resolved records that the numbers of stream were resolved by a
+// transaction that committed, and that every number up to through was
+// (0: nothing more), and sends the notices or has them sent (flush).
+func (n *notices) resolved(ctx context.Context, stream string, through int64, numbers ...int64) {
+	n.add(stream, through, numbers...)
+	n.flush(ctx)
+}
+
+// add records resolutions as resolved does, without sending them.
+func (n *notices) add(stream string, through int64, numbers ...int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.addLocked(stream, through, numbers)
+}
+
+// flush has what was collected sent: in the background while a Watch
+// serves, else now, with ctx (the resolving call's).
+func (n *notices) flush(ctx context.Context) {
+	n.mu.Lock()
+	serving := n.serving > 0
+	n.mu.Unlock()
+	if _, inTx := n.s.db.(pgx.Tx); serving && !inTx {
+		select {
+		case n.wake <- struct{}{}:
+		default: // a send is due already
+		}
+		return
+	}
+	n.send(ctx)
+}
+
+func (n *notices) addLocked(stream string, through int64, numbers []int64) {
+	sn := n.pending[stream]
+	if sn == nil {
+		sn = &streamNotice{}
+		n.pending[stream] = sn
+	}
+	sn.through = max(sn.through, through)
+	if sn.reread {
+		return
+	}
+	sn.numbers = append(sn.numbers, numbers...)
+	if len(sn.numbers) > maxListed {
+		sn.numbers, sn.reread = nil, true
+	}
+}
+
+// serve sends what is collected, in the background, until ctx ends; it is
+// run by each Watch, which waits for it. What is left at the end is sent
+// once more, bounded by noticeTimeout.
+func (n *notices) serve(ctx context.Context) {
+	n.mu.Lock()
+	n.serving++
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.serving--
+		n.mu.Unlock()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noticeTimeout)
+		defer cancel()
+		n.send(sctx)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.wake:
+		}
+		sctx, cancel := context.WithTimeout(ctx, noticeTimeout)
+		n.send(sctx)
+		cancel()
+	}
+}
+
+// send sends everything collected in one statement; if it fails, the
+// notices are put back for the next one.
+func (n *notices) send(ctx context.Context) {
+	n.sendMu.Lock()
+	defer n.sendMu.Unlock()
+	n.mu.Lock()
+	if len(n.pending) == 0 {
+		n.mu.Unlock()
+		return
+	}
+	taken := n.pending
+	n.pending = make(map[string]*streamNotice, len(taken))
+	n.mu.Unlock()
+
+	var payloads []string
+	for stream, sn := range taken {
+		payloads = sn.appendPayloads(payloads, stream)
+	}
+	_, inTx := n.s.db.(pgx.Tx) // the caller's transaction commits as it chooses
+	var sent int64
+	err := n.s.db.QueryRow(ctx, n.s.q.notices, n.s.channel, payloads, !inTx).Scan(&sent)
+	if err == nil {
+		return
+	}
+	n.s.logger.WarnContext(ctx, "postgres: resolution notices not sent; trying again with the next", slog.Int("notices", len(payloads)), slog.Any("error", err))
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for stream, sn := range taken {
+		n.addLocked(stream, sn.through, sn.numbers)
+		if sn.reread {
+			n.pending[stream].numbers, n.pending[stream].reread = nil, true
+		}
+	}
+}
+
+// appendPayloads appends the payloads that notice sn of stream.
+func (sn *streamNotice) appendPayloads(out []string, stream string) []string {
+	if sn.through > 0 {
+		out = append(out, "t\t"+stream+"\t"+strconv.FormatInt(sn.through, 10))
+	}
+	if sn.reread {
+		return append(out, "s\t"+stream)
+	}
+	nums := slices.Sorted(slices.Values(sn.numbers))
+	nums = slices.Compact(nums)
+	i, _ := slices.BinarySearch(nums, sn.through+1)
+	nums = nums[i:]
+	prefix := "r\t" + stream + "\t"
+	var b strings.Builder
+	for len(nums) > 0 {
+		j := 1 // nums[:j] is a range
+		for j < len(nums) && nums[j] == nums[j-1]+1 {
+			j++
+		}
+		item := strconv.FormatInt(nums[0], 10)
+		if j > 1 {
+			item += "-" + strconv.FormatInt(nums[j-1], 10)
+		}
+		if b.Len() > 0 && b.Len()+1+len(item) > maxPayload {
+			out = append(out, b.String())
+			b.Reset()
+		}
+		if b.Len() == 0 {
+			b.WriteString(prefix)
+		} else {
+			b.WriteByte(',')
+		}
+		b.WriteString(item)
+		nums = nums[j:]
+	}
+	if b.Len() > 0 {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// notice is a parsed resolution notice.
+type notice struct {
+	kind    byte // 't', 'r' or 's'
+	stream  string
+	through int64      // 't'
+	ranges  [][2]int64 // 'r': inclusive ranges, each a <= b
+}
+
+// parseNotice parses a resolution notice. Any session may NOTIFY on the
+// channel, so it accepts exactly what the Store sends (appendPayloads):
+// the kind, a valid stream name, and for "t" a number >= 1, for "r" a
+// list of numbers >= 1 and ranges a-b with a < b, as PostgreSQL and
+// strconv print them (no sign, no leading zero).
+func parseNotice(payload string) (notice, bool) {
+	kind, rest, ok := strings.Cut(payload, "\t")
+	if !ok || len(kind) != 1 {
+		return notice{}, false
+	}
+	nt := notice{kind: kind[0]}
+	if nt.kind == 's' {
+		nt.stream = rest
+		return nt, store.ValidateStream(rest) == nil
+	}
+	stream, list, ok := strings.Cut(rest, "\t")
+	if !ok || store.ValidateStream(stream) != nil {
+		return notice{}, false
+	}
+	nt.stream = stream
+	switch nt.kind {
+	case 't':
+		n, ok := parseBigint(list)
+		if !ok || n < 1 {
+			return notice{}, false
+		}
+		nt.through = n
+		return nt, true
+	case 'r':
+		listed := int64(0) // the Store lists at most maxListed numbers of a stream
+		for item := range strings.SplitSeq(list, ",") {
+			lo, hi, isRange := strings.Cut(item, "-")
+			a, ok := parseBigint(lo)
+			if !ok || a < 1 {
+				return notice{}, false
+			}
+			b := a
+			if isRange {
+				if b, ok = parseBigint(hi); !ok || b <= a || b-a >= maxListed {
+					return notice{}, false
+				}
+			}
+			if listed += b - a + 1; listed > maxListed {
+				return notice{}, false
+			}
+			nt.ranges = append(nt.ranges, [2]int64{a, b})
+		}
+		return nt, true
+	}
+	return notice{}, false
+}
+
+// deliver passes the notice to sink.
+func (nt notice) deliver(sink store.Sink) {
+	switch nt.kind {
+	case 't':
+		sink.ResolvedThrough(nt.stream, nt.through)
+	case 'r':
+		for _, r := range nt.ranges {
+			for n := r[0]; n <= r[1]; n++ {
+				sink.Resolved(nt.stream, n)
+			}
+		}
+	case 's':
+		sink.Reset()
+	}
+}
