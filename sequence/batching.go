@@ -109,7 +109,7 @@ func (l *Leaser) extend(groups []*group) {
 			continue
 		}
 		last := g.items[len(g.items)-1].lease.number
-		l.commitReady(l.committer(first.lease.stream).takeAfter(last, l.maxGroup-len(g.items), g))
+		l.commitReady(l.committer(first.lease.stream).takeAfter(last, l.maxGroup-len(g.items), g, true))
 	}
 }
 

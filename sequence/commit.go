@@ -407,7 +407,7 @@ func (c *committer) lead(ctx context.Context, l *Leaser, it *commitItem) {
 		t := time.NewTimer(l.groupDelay)
 		<-t.C
 		last := g.items[len(g.items)-1].lease.number
-		more := c.takeAfter(last, l.maxGroup-len(g.items), g)
+		more := c.takeAfter(last, l.maxGroup-len(g.items), g, false)
 		l.commitReady(more)
 	}
 	r := l.sendGroup(ctx, g)
@@ -440,32 +440,35 @@ func (c *committer) take(it *commitItem, max int) *group {
 	}
 	delete(c.parked, n)
 	g := &group{items: []*commitItem{it}, tx: it.fn}
-	c.takeAfterLocked(n, max-1, g)
+	c.takeAfterLocked(n, max-1, g, false)
 	return g
 }
 
 // takeAfter adds to g the consecutive parked items after n, at most max,
-// and returns them.
-func (c *committer) takeAfter(n int64, max int, g *group) []*commitItem {
+// and returns them. With sent, g is queued at its engine already: it can
+// no longer change engines (a plain run takes no CommitTx item).
+func (c *committer) takeAfter(n int64, max int, g *group, sent bool) []*commitItem {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	before := len(g.items)
-	c.takeAfterLocked(n, max, g)
+	c.takeAfterLocked(n, max, g, sent)
 	return g.items[before:]
 }
 
 // takeAfterLocked adds to g the consecutive parked items after n, at most
 // max, up to one whose function is of another transaction type than g's
-// (they go to different engines). c.mu must be held.
-func (c *committer) takeAfterLocked(n int64, max int, g *group) {
+// (they go to different engines), or, with sent, one with a function when
+// g has none. c.mu must be held.
+func (c *committer) takeAfterLocked(n int64, max int, g *group, sent bool) {
 	for next, added := n+1, 0; added < max; next, added = next+1, added+1 {
 		m, ok := c.parked[next]
 		if !ok {
 			break
 		}
 		if m.fn != nil {
-			if g.tx != nil && m.fn.key() != g.tx.key() {
-				break
+			switch {
+			case g.tx == nil && sent, g.tx != nil && m.fn.key() != g.tx.key():
+				return
 			}
 			g.tx = m.fn
 		}

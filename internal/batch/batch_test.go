@@ -637,3 +637,92 @@ func TestStress(t *testing.T) {
 		})
 	}
 }
+
+// TestTakenAddsToABatch: Taken sees the requests of a batch when its
+// leader takes them, before they are sent, and what it adds to them is
+// sent with them.
+func TestTakenAddsToABatch(t *testing.T) {
+	ctx := t.Context()
+	type req struct{ items []int }
+	var mu sync.Mutex
+	var sent [][]int
+	late := []int{7, 8}
+	b := New(Config[*req, int]{
+		Send: func(_ context.Context, reqs []*req, _ func()) []int {
+			out := make([]int, len(reqs))
+			mu.Lock()
+			defer mu.Unlock()
+			for i, r := range reqs {
+				sent = append(sent, r.items)
+				out[i] = len(r.items)
+			}
+			return out
+		},
+		Taken: func(reqs []*req) {
+			reqs[0].items = append(reqs[0].items, late...) // what joined since it queued
+			late = nil
+		},
+	})
+	defer b.Close()
+	n, err := b.Do(ctx, &req{items: []int{1}})
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	n, err = b.Do(ctx, &req{items: []int{2}})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, [][]int{{1, 7, 8}, {2}}, sent)
+}
+
+// TestCallersWhoArriveElsewhere: a request that answers several callers
+// (Callers) opens a wave of that many, and callers that count their
+// arrival themselves (ArriveElsewhere, Wave.Arrive) close it: a leader
+// waits for them, and not for its own call.
+func TestCallersWhoArriveElsewhere(t *testing.T) {
+	ctx := t.Context()
+	clock := newTestClock()
+	w := NewWave()
+	w.SetClock(clock.now)
+	w.SetMinWait(10 * time.Second)
+	type run struct{ callers int }
+	be := &backend{}
+	b := New(Config[*run, int]{
+		Send: func(ctx context.Context, reqs []*run, decided func()) []int {
+			ints := make([]int, len(reqs))
+			for i, r := range reqs {
+				ints[i] = r.callers
+			}
+			return be.send(ctx, ints, decided)
+		},
+		Wave:            w,
+		Callers:         func(r *run) int { return r.callers },
+		ArriveElsewhere: true,
+	})
+	defer b.Close()
+	var wg sync.WaitGroup
+	entered, open := be.hold()
+	wg.Go(func() { _, _ = b.Do(ctx, &run{callers: 1}) })
+	wait(t, entered, "the first run is in flight")
+	wg.Go(func() { _, _ = b.Do(ctx, &run{callers: 3}) }) // answers three callers
+	require.Eventually(t, func() bool { return b.Queued() == 1 }, 10*time.Second, 100*time.Microsecond)
+	open()
+	wg.Wait()
+
+	// The three callers come back: the next leader waits until all three
+	// arrived, and its own call does not count as one of them.
+	done := make(chan struct{})
+	go func() {
+		_, _ = b.Do(ctx, &run{callers: 1})
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return b.Queued() == 1 }, 10*time.Second, 100*time.Microsecond)
+	w.Arrive()
+	w.Arrive()
+	select {
+	case <-done:
+		t.Fatal("the leader went before the third caller arrived")
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.Arrive()
+	wait(t, done, "the leader goes once the third arrived")
+	require.Equal(t, [][]int{{1}, {3}, {1}}, be.sent())
+}
