@@ -505,8 +505,9 @@ func (c *countingStore) countCommits(n int, stream func(int) string) {
 }
 
 // TestGroupCommitMatchesOneByOne runs the same randomized workload with
-// group commit and lease coalescing on and off: the ledgers are identical
-// but for times and tokens, and the grouped run really grouped.
+// group commit and lease coalescing on and off: the ledgers of every stream
+// are identical but for times and tokens, and the grouped run really
+// grouped, in batches that span streams.
 func TestGroupCommitMatchesOneByOne(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Shared(t, false)
@@ -526,13 +527,14 @@ func TestGroupCommitMatchesOneByOne(t *testing.T) {
 					cfg = sequence.Config{}
 				}
 				l, _ := leaserOn(t, cs, cfg)
-				ledgers[grouped] = runWorkload(t, l, cs, 300, 16)
+				ledgers[grouped] = runWorkload(t, l, cs, 4, 120, 16)
 				if grouped {
-					t.Logf("%s: %d leases in %d statements, %d commits in %d batches",
-						backend, cs.leased.Load(), cs.leaseCalls.Load(), cs.committed.Load(), cs.commitCalls.Load())
+					t.Logf("%s: %d leases in %d statements, %d commits in %d batches, %d of them across streams",
+						backend, cs.leased.Load(), cs.leaseCalls.Load(), cs.committed.Load(), cs.commitCalls.Load(), cs.multiStream.Load())
 					require.Less(t, cs.commitCalls.Load(), cs.committed.Load(), "group commit grouped nothing")
 					if backend == "postgres" {
 						require.Less(t, cs.leaseCalls.Load(), cs.leased.Load(), "lease coalescing coalesced nothing")
+						require.Positive(t, cs.multiStream.Load(), "no batch spanned streams")
 					}
 				} else {
 					require.Equal(t, cs.commitCalls.Load(), cs.committed.Load())
@@ -544,18 +546,20 @@ func TestGroupCommitMatchesOneByOne(t *testing.T) {
 	}
 }
 
-// runWorkload has workers lease n numbers of a stream and resolve each by a
-// rule of its number (commit, release, or a transaction function that fails
-// and then a release), with random delays; it returns the ledger without
-// times and tokens.
-func runWorkload(t *testing.T, l *sequence.Leaser, s fullStore, n int64, workers int) []string {
+// runWorkload has workers lease n numbers of each of streams streams (worker
+// i on stream i mod streams) and resolve each by a rule of its number
+// (commit, release, or a transaction function that fails and then a
+// release), with random delays; it returns the ledgers without times and
+// tokens.
+func runWorkload(t *testing.T, l *sequence.Leaser, s fullStore, streams int, n int64, workers int) []string {
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range workers {
+	next := make([]atomic.Int64, streams)
+	for w := range workers {
+		stream, claim := fmt.Sprint("w", w%streams), &next[w%streams]
 		wg.Go(func() {
-			for next.Add(1) <= n {
-				x, err := l.Lease(ctx, "w", &sequence.LeaseOpts{TTL: time.Minute, Kind: "k"})
+			for claim.Add(1) <= n {
+				x, err := l.Lease(ctx, stream, &sequence.LeaseOpts{TTL: time.Minute, Kind: "k"})
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -577,11 +581,14 @@ func runWorkload(t *testing.T, l *sequence.Leaser, s fullStore, n int64, workers
 		})
 	}
 	wg.Wait()
-	es := readAll(t, s, "w")
-	requireOrderedLedger(t, es, int(n))
-	out := make([]string, len(es))
-	for i, e := range es {
-		out[i] = fmt.Sprint(e.Number, e.State, e.GapReason, string(e.Payload), e.Kind)
+	var out []string
+	for i := range streams {
+		stream := fmt.Sprint("w", i)
+		es := readAll(t, s, stream)
+		requireOrderedLedger(t, es, int(n))
+		for _, e := range es {
+			out = append(out, fmt.Sprint(stream, e.Number, e.State, e.GapReason, string(e.Payload), e.Kind))
+		}
 	}
 	return out
 }
