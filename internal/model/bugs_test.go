@@ -61,7 +61,11 @@ func TestModelFindsBugs(t *testing.T) {
 			require.LessOrEqual(t, small.steps(), 6, "shrunk schedule:\n%s", small)
 			require.Nil(t, failsOn(ctx, b, nil)(small), "the shrunk schedule fails without the bug")
 
+			// Longer ticks than the exploration's: the shrunk schedule's
+			// rounds, and what the test does between them, must fit in a
+			// tick or two also on a loaded machine.
 			pg := openPostgres(t)
+			pg.tick = 100 * time.Millisecond
 			f := failsOn(ctx, pg, bug.wrap)(small)
 			require.NotNil(t, f, "the shrunk schedule passes on PostgreSQL with the bug")
 			t.Logf("on PostgreSQL: %v", f)
@@ -70,13 +74,14 @@ func TestModelFindsBugs(t *testing.T) {
 	}
 }
 
-// buggy is the base of the buggy stores: the store, and its Local (the
-// memory store's, which the Leaser looks for) passed through.
+// buggy is the base of the buggy stores: the store, and its InProcess
+// (the memory store's capability, which the Leaser looks for) passed
+// through.
 type buggy struct{ Store }
 
-func (s buggy) Local() bool {
-	l, ok := s.Store.(interface{ Local() bool })
-	return ok && l.Local()
+func (s buggy) InProcess() bool {
+	ip, ok := s.Store.(store.InProcess)
+	return ok && ip.InProcess()
 }
 
 // lateCommit is a store whose Commit succeeds after the expiry.

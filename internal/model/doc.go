@@ -8,8 +8,10 @@
 // Two processes on one store: on PostgreSQL, a fresh migrated schema that
 // each process reaches through a pool of its own; on memory, one store
 // whose clock only the schedule moves (memory.Config{Now}), shared by both.
-// Each process has a barrier.Barrier, a sequence.Leaser, a gap.Gaps and a
-// cleanup.Service (default lease elector, so the two cleaners take turns
+// Each process has a barrier.Barrier, a sequence.Leaser (on the store
+// through a cutter: it batches leases and commits across streams on both
+// backends, memory too, and can lose the connection of a batch), a
+// gap.Gaps and a cleanup.Service (default lease elector, so the two cleaners take turns
 // per stream through named leases; a WorkTracker and an OperationTracker
 // that answer from the schedule; a load probe the schedule sets; small
 // batches and windows). Stream "o" gets ordered commits only, stream "u"
@@ -37,11 +39,22 @@
 //	read                 the reader catches up (barrier.Entries, gaps included)
 //	acquire, renew,      the store's named leases; an acquire of a name whose
 //	release-name         holder expired is a steal
+//	cut                  the process's next batch of commits (CommitMulti)
+//	                     loses its connection, before the backend took it or
+//	                     after: its callers get an unknown outcome
 //
+// One round in four, when a process has the handles for it, is three
+// commits of that process on both streams (mostly Complete on "u", which
+// never waits): with each batch of commits taking a millisecond, the later
+// two share a batch across streams. The log counts those batches, and the
+// batches cut.
 // A tick is a second of the memory clock and 20 ms on PostgreSQL. An ordered
 // commit still waiting when the rest of its round is done is cancelled,
 // unless the backend's watermark says its turn came: then the barrier must
-// wake it within 10 s (liveness). A step that names a handle or holding
+// wake it within 10 s (liveness). A commit whose batch was cut is retried
+// with its handle once the round's steps are done, and the retry's outcome
+// is the step's: it must report success exactly when the cut attempt had
+// committed, or commit now (I7). A step that names a handle or holding
 // that does not exist (a failed lease, a removed step) is skipped.
 //
 // # The model and the check of a round

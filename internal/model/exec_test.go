@@ -33,6 +33,7 @@ func (f *failure) Error() string {
 // totals counts what runs did.
 type totals struct {
 	schedules, rounds, steps int
+	spans, cuts              int64 // batches of commits across streams; batches cut
 }
 
 // run is one schedule on one system, with the model alongside.
@@ -62,7 +63,7 @@ func runSchedule(ctx context.Context, b backend, s schedule, wrap func(Store) St
 		observed: map[string][]int64{}, acked: map[string]map[int64][]byte{}, failed: map[string]int{},
 		barrierW: map[string]int64{}}
 	f := x.all(ctx, s)
-	return f, totals{schedules: 1, rounds: x.rounds, steps: x.steps}
+	return f, totals{schedules: 1, rounds: x.rounds, steps: x.steps, spans: sys.spans.Load(), cuts: sys.cuts.Load()}
 }
 
 func (x *run) all(ctx context.Context, s schedule) *failure {
@@ -116,6 +117,9 @@ func (x *run) round(ctx context.Context, idx int, r round) *failure {
 	}
 	f := x.settleCommits(ctx, idx, r, dones, cancelCommits)
 	wg.Wait()
+	if f == nil {
+		f = x.retryCut(ctx, idx, r, outs)
+	}
 	if f != nil {
 		return f
 	}
@@ -175,6 +179,46 @@ func (x *run) settleCommits(ctx context.Context, idx int, r round, dones []chan 
 				r[turn], h.Stream(), h.Number(), wakeTimeout)}
 		}
 	}
+}
+
+// retryCut retries, with the same handle, every commit of the round whose
+// batch a cut step cut (an unknown outcome): each reports whether the cut
+// attempt had committed, or commits now (I7). The retries of ordered
+// commits are settled like the round's commits; their outcomes replace the
+// cut ones.
+func (x *run) retryCut(ctx context.Context, idx int, r round, outs []outcome) *failure {
+	commitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dones := make([]chan struct{}, len(r))
+	var wg sync.WaitGroup
+	for i, st := range r {
+		dones[i] = make(chan struct{})
+		if (st.Kind != opCommit && st.Kind != opComplete) || !errors.Is(outs[i].err, errCut) {
+			close(dones[i])
+			continue
+		}
+		h, pl := x.handles[st.Handle], []byte(payload(st))
+		outs[i].cut = true
+		wg.Go(func() {
+			defer close(dones[i])
+			// A cut step armed meanwhile may cut a retry too: try again.
+			for tries := 0; tries == 0 || (errors.Is(outs[i].err, errCut) && tries < 3); tries++ {
+				if st.Kind == opComplete {
+					outs[i].err = h.Complete(ctx, pl)
+				} else {
+					outs[i].err = h.Commit(commitCtx, pl)
+				}
+			}
+		})
+	}
+	for i, st := range r {
+		if st.Kind != opCommit {
+			<-dones[i]
+		}
+	}
+	f := x.settleCommits(ctx, idx, r, dones, cancel)
+	wg.Wait()
+	return f
 }
 
 func isClosed(c chan struct{}) bool {
@@ -247,6 +291,13 @@ func (x *run) prepare(st step) func(context.Context) outcome {
 	case opCrash:
 		// The holder stops: nothing happens, and no later step uses it.
 		return func(context.Context) outcome { return outcome{} }
+	case opCut:
+		// Armed now, it cuts the process's next batch of commits, in this
+		// round or a later one: the commits of that batch are retried.
+		return func(context.Context) outcome {
+			p.cut.armed.Store(int32(1 + st.Pick%2))
+			return outcome{}
+		}
 	case opAdvance:
 		return func(ctx context.Context) outcome {
 			sys.advance(ctx, time.Duration(st.Ticks)*sys.tick)
@@ -385,6 +436,8 @@ func (o *outcome) describe(st step) string {
 	case o.canceled:
 		b.WriteString("cancelled at the round's end")
 		return b.String()
+	case o.cut:
+		b.WriteString("its batch cut, then retried: ")
 	case o.err != nil && !errors.As(o.err, new(*store.HeldError)):
 		fmt.Fprintf(&b, "error %q", o.err)
 		return b.String()

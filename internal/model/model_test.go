@@ -165,6 +165,8 @@ func explore(t *testing.T, b backend, cfg config, workers, seeds int) {
 				total.schedules += tot.schedules
 				total.rounds += tot.rounds
 				total.steps += tot.steps
+				total.spans += tot.spans
+				total.cuts += tot.cuts
 				if f != nil && first == nil {
 					first = &found{seed: seed, s: s, f: f}
 				}
@@ -173,8 +175,9 @@ func explore(t *testing.T, b backend, cfg config, workers, seeds int) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%s: %d schedules (seeds %d..%d), %d rounds, %d steps in %v", b.name, total.schedules, base, next-1,
-		total.rounds, total.steps, time.Since(start).Round(time.Millisecond))
+	t.Logf("%s: %d schedules (seeds %d..%d), %d rounds, %d steps in %v; %d batches of commits across streams, %d cut",
+		b.name, total.schedules, base, next-1, total.rounds, total.steps, time.Since(start).Round(time.Millisecond),
+		total.spans, total.cuts)
 	if first != nil {
 		t.Error(report(ctx, b, first, nil))
 	}

@@ -250,6 +250,70 @@ func (r *recorder) RecoverExpired(ctx context.Context, stream string, number int
 	return moved, err
 }
 
+// batchPause is how long each batch of commits of a Leaser takes at least.
+const batchPause = time.Millisecond
+
+// errCut is what a batch of commits cut by a cut step returns: a lost
+// connection, whose outcome is unknown.
+var errCut = errors.New("model: connection cut mid-batch")
+
+// cutter is the store as a process's Leaser sees it: it has the
+// capabilities to batch across streams (on memory too: it hides
+// store.InProcess), counts the batches of commits that span streams, and
+// loses the connection of its next batch of commits once a cut step armed
+// it, after the backend took the batch or before.
+type cutter struct {
+	Store
+	spans *atomic.Int64 // batches of commits across streams, of the run
+	cuts  *atomic.Int64 // batches cut
+	armed atomic.Int32  // 0: no cut; 1: cut before the backend takes it; 2: after
+}
+
+func (c *cutter) LeaseMulti(ctx context.Context, items []store.StreamLeases, p *store.LeaseParams) []store.LeaseResult {
+	if ml, ok := c.Store.(store.MultiLeaser); ok {
+		return ml.LeaseMulti(ctx, items, p)
+	}
+	out := make([]store.LeaseResult, len(items)) // a store with a bug put in (TestModelFindsBugs): item by item
+	for i, it := range items {
+		out[i].Entries, out[i].Err = c.Store.Lease(ctx, it.Stream, it.Requests, p)
+	}
+	return out
+}
+
+// commitMulti commits items through the store's CommitMulti, or item by
+// item on a store with a bug put in.
+func (c *cutter) commitMulti(ctx context.Context, items []store.StreamCommit, p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	if mc, ok := c.Store.(store.MultiCommitter); ok {
+		return mc.CommitMulti(ctx, items, p)
+	}
+	out := make([]store.CommitResult, len(items))
+	for i, it := range items {
+		out[i].ResolvedAt, out[i].Err = c.Store.Commit(ctx, it.Stream, it.Number, it.Token, &store.CommitParams{Payload: it.Payload, Ordered: it.Ordered})
+	}
+	return out, nil
+}
+
+func (c *cutter) CommitMulti(ctx context.Context, items []store.StreamCommit, p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	if slices.ContainsFunc(items, func(it store.StreamCommit) bool { return it.Stream != items[0].Stream }) {
+		c.spans.Add(1)
+	}
+	// A batch takes a moment, as over a network: the commits of the round
+	// that come meanwhile queue, and go in the next batch together.
+	time.Sleep(batchPause)
+	switch c.armed.Swap(0) {
+	case 1:
+		c.cuts.Add(1)
+		return nil, errCut
+	case 2:
+		c.cuts.Add(1)
+		if _, err := c.commitMulti(ctx, items, p); err != nil {
+			return nil, err
+		}
+		return nil, errCut
+	}
+	return c.commitMulti(ctx, items, p)
+}
+
 // system is everything one run works with: fresh stores and the
 // library's components on them, in each process.
 type system struct {
@@ -258,6 +322,8 @@ type system struct {
 	tick    time.Duration
 	tracker *tracker
 	close   func()
+	spans   atomic.Int64 // batches of commits across streams
+	cuts    atomic.Int64 // batches of commits cut
 }
 
 // proc is one process: a store and the components on it.
@@ -268,6 +334,7 @@ type proc struct {
 	gaps    *gap.Gaps
 	cleaner *cleanup.Service
 	rec     *recorder
+	cut     *cutter      // the store of the Leaser
 	level   atomic.Int32 // the load level the cleanup's probe reports
 }
 
@@ -302,7 +369,7 @@ func open(ctx context.Context, b backend, wrap func(Store) Store) (*system, erro
 }
 
 func (sys *system) openProc(ctx context.Context, i int, st Store, seq *atomic.Int64, stops *[]func()) (*proc, error) {
-	p := &proc{st: st, rec: &recorder{Store: st, seq: seq}}
+	p := &proc{st: st, rec: &recorder{Store: st, seq: seq}, cut: &cutter{Store: st, spans: &sys.spans, cuts: &sys.cuts}}
 	var err error
 	if p.barrier, err = barrier.New(st, &barrier.Config{PollInterval: time.Second}); err != nil {
 		return nil, err
@@ -315,7 +382,7 @@ func (sys *system) openProc(ctx context.Context, i int, st Store, seq *atomic.In
 	if sys.clock != nil {
 		cfg.Now = sys.clock.now
 	}
-	if p.leaser, err = sequence.New(st, cfg); err != nil {
+	if p.leaser, err = sequence.New(p.cut, cfg); err != nil {
 		return nil, err
 	}
 	if p.gaps, err = gap.New(st, nil); err != nil {
@@ -378,6 +445,7 @@ type outcome struct {
 	low      int64             // trim
 	read     []store.Entry     // read
 	canceled bool              // commit: given up when the rest of its round was over
+	cut      bool              // complete, commit: its batch was cut, and err is its retry's
 	cycle    *cycleOutcome     // cleanup
 }
 

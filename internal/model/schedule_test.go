@@ -34,10 +34,11 @@ const (
 	opAcquire                 // named lease: AcquireLease (a steal when the last holder expired)
 	opRenew                   // named lease: RenewLease of an earlier acquire's holding
 	opReleaseName             // named lease: ReleaseLease of an earlier acquire's holding
+	opCut                     // the process's next batch of commits loses its connection (Pick odd: after it took effect)
 )
 
 var kindNames = [...]string{"lease", "complete", "commit", "release", "extend", "foreign", "crash", "advance",
-	"cleanup", "fill", "trim", "read", "acquire", "renew", "release-name"}
+	"cleanup", "fill", "trim", "read", "acquire", "renew", "release-name", "cut"}
 
 func (k kind) String() string { return kindNames[k] }
 
@@ -113,6 +114,11 @@ func (s step) String() string {
 		return fmt.Sprintf("%s of s%d ttl=%d", p, s.Of, s.TTL)
 	case opReleaseName:
 		return fmt.Sprintf("%s of s%d", p, s.Of)
+	case opCut:
+		if s.Pick%2 == 1 {
+			return p + " after"
+		}
+		return p + " before"
 	}
 	return p
 }
@@ -178,18 +184,60 @@ type ghandle struct {
 // weights of the kinds, in kind order.
 var weights = [...]int{opLease: 16, opComplete: 9, opCommit: 13, opRelease: 5, opExtend: 5, opForeign: 2,
 	opCrash: 3, opAdvance: 7, opCleanup: 9, opFill: 3, opTrim: 2, opRead: 5, opAcquire: 7, opRenew: 5,
-	opReleaseName: 3}
+	opReleaseName: 3, opCut: 3}
 
-// generate returns a schedule of about n steps in rounds of one to three.
+// generate returns a schedule of about n steps in rounds of one to three;
+// one round in four, when it can, is three commits of one process on both
+// streams, so that its Leaser has commits of several streams to batch.
 func generate(seed uint64, n int) schedule {
 	g := &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	var s schedule
 	for count := 0; count < n; {
-		r := g.round(1 + g.r.IntN(3))
+		var r round
+		if g.r.IntN(4) == 0 {
+			r = g.commitRound()
+		}
+		if len(r) == 0 {
+			r = g.round(1 + g.r.IntN(3))
+		}
 		s = append(s, r)
 		count += len(r)
 	}
 	return s
+}
+
+// commitRound builds a round of three commits of one process's open
+// handles on both streams, mostly Complete on "u" (which never waits for
+// its turn) and an ordered commit on "o"; none if it has no such handles.
+func (g *gen) commitRound() round {
+	g.first = g.next
+	proc := g.r.IntN(procs)
+	byStream := map[string][]*ghandle{}
+	for _, h := range g.handles {
+		if h.proc == proc && !h.done && !h.crashed {
+			byStream[h.stream] = append(byStream[h.stream], h)
+		}
+	}
+	if len(byStream["o"]) == 0 || len(byStream["u"]) == 0 || len(byStream["o"])+len(byStream["u"]) < 3 {
+		return nil
+	}
+	picked := []*ghandle{byStream["u"][0], byStream["o"][0]}
+	if len(byStream["u"]) > 1 && (len(byStream["o"]) == 1 || g.r.IntN(3) > 0) {
+		picked = append(picked, byStream["u"][1])
+	} else {
+		picked = append(picked, byStream["o"][1])
+	}
+	var r round
+	for _, h := range picked {
+		k := opCommit
+		if h.stream == "u" && g.r.IntN(4) > 0 { // unordered commits do not wait for their turn
+			k = opComplete
+		}
+		h.done = true
+		r = append(r, step{ID: g.next, Kind: k, Proc: proc, Handle: h.ref})
+		g.next++
+	}
+	return r
 }
 
 func (g *gen) pick(xs []int) int { return xs[g.r.IntN(len(xs))] }
@@ -300,6 +348,8 @@ func (g *gen) step(k kind, used map[ref]bool, usedHold map[int]bool) (step, bool
 	case opFill, opTrim, opRead:
 		s.Stream = streams[g.r.IntN(len(streams))]
 		s.Pick = g.r.IntN(1 << 16)
+	case opCut:
+		s.Pick = g.r.IntN(2)
 	case opAcquire:
 		s.Name = names[g.r.IntN(len(names))]
 		s.Owner = owners[g.r.IntN(len(owners))]
