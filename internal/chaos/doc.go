@@ -53,7 +53,8 @@
 //
 //	kill -9           Proc.Kill at random moments; WorkerConfig.Die makes a
 //	                  worker SIGKILL itself at an exact point of an operation
-//	                  (Phases); every worker at once
+//	                  (Phases; "batch" is while a batch of commits of both
+//	                  streams is in flight); every worker at once
 //	connections       Harness.Terminate: every connection of the workers and
 //	                  the reader, the LISTEN ones, or the busy ones
 //	restart           Cluster: a cluster the test owns (initdb as the

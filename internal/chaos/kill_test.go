@@ -17,7 +17,8 @@ import (
 // moments (from outside, so the victim is wherever it happens to be), at
 // each exact point of an operation (the worker kills itself there: just
 // leased; halfway through its work; inside CommitTx's transaction after the
-// conditional write; after a successful commit, before acknowledging it),
+// conditional write; while a batch of commits of both streams is in flight;
+// after a successful commit, before acknowledging it),
 // and every worker at once. After each fault the pipeline must go on and
 // the audit of the load find nothing wrong (afterFault); at the end the
 // ledger, the side rows, the fenced writes and the named-lease history must
@@ -44,6 +45,12 @@ func TestKill9(t *testing.T) {
 
 			cfg := load()
 			cfg.Die = fmt.Sprintf("%s@%d", phase, 1+rng.IntN(8))
+			if phase == chaos.PhaseBatch {
+				// Batches span both streams when commits of both are
+				// ready together: more goroutines, shorter work.
+				cfg.Concurrency, cfg.MaxWork = 8, time.Millisecond
+				cfg.Die = fmt.Sprintf("%s@%d", phase, 1+rng.IntN(3))
+			}
 			p, err := h.Spawn(cfg)
 			require.NoError(t, err)
 			select {

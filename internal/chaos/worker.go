@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,11 +42,12 @@ const (
 	PhaseLease  = "lease"  // the lease returned; no work done yet
 	PhaseWork   = "work"   // halfway through the work
 	PhaseTx     = "tx"     // inside CommitTx: the conditional write and the side row done, not committed
+	PhaseBatch  = "batch"  // a batch of commits of several streams is in flight: sent, no reply yet
 	PhaseCommit = "commit" // the commit returned success, not yet acknowledged to the parent
 )
 
 // Phases lists the phases in the order an operation reaches them.
-var Phases = []string{PhaseLease, PhaseWork, PhaseTx, PhaseCommit}
+var Phases = []string{PhaseLease, PhaseWork, PhaseTx, PhaseBatch, PhaseCommit}
 
 // Payload prefixes: an operation committed through CommitTx writes a side
 // row in the same transaction; one committed through Commit does not.
@@ -338,7 +340,7 @@ func (w *worker) start(ctx context.Context) (stop func(), err error) {
 	if cfg.Skew != 0 {
 		now = func() time.Time { return time.Now().Add(cfg.Skew) } // Add keeps the monotonic reading
 	}
-	if w.leaser, err = sequence.New(w.store, &sequence.Config{Barrier: w.barrier, Owner: cfg.Owner, Now: now}); err != nil {
+	if w.leaser, err = sequence.New(&batchWatch{Store: w.store, w: w}, &sequence.Config{Barrier: w.barrier, Owner: cfg.Owner, Now: now}); err != nil {
 		return nil, err
 	}
 	if w.leases, err = lease.New(w.store, &lease.Config{Owner: cfg.Owner, Now: now}); err != nil {
@@ -479,6 +481,49 @@ func Refused(err error) bool {
 		}
 	}
 	return false
+}
+
+// batchWatch is the store as the worker's Leaser sees it: a batch of
+// commits that spans streams reaches PhaseBatch once it is on its way to
+// the server (a moment after it was sent, so that the kill lands while
+// the server runs it, or commits it, or replies).
+type batchWatch struct {
+	*postgres.Store
+	w *worker
+}
+
+func (b *batchWatch) CommitMulti(ctx context.Context, items []store.StreamCommit, p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	defer b.inFlight(items)()
+	return b.Store.CommitMulti(ctx, items, p)
+}
+
+func (b *batchWatch) CommitTx(ctx context.Context, items []store.TxCommit[pgx.Tx], p *store.CommitMultiParams) ([]store.CommitResult, error) {
+	plain := make([]store.StreamCommit, len(items))
+	for i, it := range items {
+		plain[i] = it.StreamCommit
+	}
+	defer b.inFlight(plain)()
+	return b.Store.CommitTx(ctx, items, p)
+}
+
+// inFlight has a batch of several streams reach PhaseBatch while it is in
+// flight; the returned function, deferred, ends the watch.
+func (b *batchWatch) inFlight(items []store.StreamCommit) (done func()) {
+	if b.w.diePh != PhaseBatch || !slices.ContainsFunc(items, func(it store.StreamCommit) bool { return it.Stream != items[0].Stream }) {
+		return func() {}
+	}
+	end := make(chan struct{})
+	t := time.AfterFunc(time.Duration(rand.IntN(500))*time.Microsecond, func() {
+		select {
+		case <-end: // the batch returned first: no longer in flight
+		default:
+			b.w.reach(PhaseBatch)
+		}
+	})
+	return func() {
+		close(end)
+		t.Stop()
+	}
 }
 
 // reach kills the process at the configured point.
