@@ -11,6 +11,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,10 +27,23 @@ var scripts embed.FS
 
 // The scripts.
 const (
-	Lease       = "lease.sql"        // (a) one lease per transaction
-	LeaseCommit = "lease_commit.sql" // (b) lease, then commit: two transactions
-	NamedLease  = "named_lease.sql"  // (c) named-lease acquire (guarded upsert) + release
+	Lease           = "lease.sql"             // (a) one lease per transaction
+	LeaseCommit     = "lease_commit.sql"      // (b) lease, then commit: two transactions
+	NamedLease      = "named_lease.sql"       // (c) named-lease acquire (guarded upsert) + release
+	OwnStream       = "own_stream.sql"        // (d) (b), each client on its own stream
+	OwnStreamNotify = "own_stream_notify.sql" // (d+notify) (d), the commit also NOTIFYing once
+	Sequence        = "sequence.sql"          // (e) (b), numbered by a plain sequence (nextval)
 )
+
+// SequenceName is the sequence that script Sequence takes its numbers from:
+// whoever runs it creates it first, in the schema the script runs in.
+const SequenceName = "pgbench_numbers"
+
+// Scripts returns the names of all the scripts, sorted.
+func Scripts() []string {
+	names, _ := fs.Glob(scripts, "*.sql")
+	return names
+}
 
 // Script returns the text of a script.
 func Script(name string) (string, error) {
@@ -108,13 +122,23 @@ type Params struct {
 	// Schema is put first on the search_path (PGOPTIONS): the freshly
 	// migrated schema whose tables the script uses.
 	Schema string
-	// Script is the script's name (Lease, LeaseCommit, NamedLease).
+	// Script is the script's name (Lease, LeaseCommit, NamedLease, ...).
 	Script string
 	// Clients is the number of concurrent connections (pgbench -c).
 	Clients int
-	// Duration is rounded up to whole seconds (pgbench -T).
+	// Duration is the measured window, rounded up to whole seconds; pgbench
+	// runs for it plus connectAllowance per client, rounded down to whole
+	// seconds (-T).
 	Duration time.Duration
 }
+
+// connectAllowance is what -T gets on top of the window per client.
+// pgbench's -T counts the time its threads take to open their connections
+// (one after the other), but its tps leaves it out; at up to 40 ms per
+// connection on a loaded 2-core machine, 64 clients can spend 2 s of a
+// short -T connecting and finish no script at all. Rounded down to whole
+// seconds, the allowance adds nothing up to 19 clients.
+const connectAllowance = 50 * time.Millisecond
 
 // tpsLine is pgbench's summary of transactions (script runs) per second.
 var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
@@ -151,7 +175,7 @@ func Run(ctx context.Context, p Params) (float64, error) {
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		return 0, fmt.Errorf("pgbench: %w", err)
 	}
-	secs := max(int((p.Duration+time.Second-1)/time.Second), 1)
+	secs := max(int((p.Duration+time.Second-1)/time.Second), 1) + int(time.Duration(p.Clients)*connectAllowance/time.Second)
 	threads := max(min(p.Clients, runtime.NumCPU()), 1)
 	cmd := exec.CommandContext(ctx, prog, "-n", "-M", "prepared",
 		"-c", strconv.Itoa(p.Clients), "-j", strconv.Itoa(threads),

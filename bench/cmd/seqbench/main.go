@@ -214,9 +214,11 @@ func run() int {
 
 // pairs are measurements that a target compares: they run next to each
 // other, in an order that alternates between rounds, so that the same spell
-// of the machine touches both.
+// of the machine touches both. A measurement is in one group at most: the
+// targets that share a side put all their sides in one group.
 var pairs = [][]string{
 	{"seq/ordered/group=on/w=16", "pgbench/lease_commit.sql/c=16", "raw/leasecommit/w=16"},
+	{"pgbench/sequence.sql/c=16", "seq/streams/s=1/w=16", "seq/streams/s=16/w=16", "pgbench/own_stream.sql/c=16", "seq/streams/s=64/w=64"},
 	{"named/seq/1", "named/raw/1"},
 	{"named/seq/16", "named/pglock/16"},
 	{"mem/ordered/w=8", "mem/ticket/w=8"},

@@ -9,23 +9,32 @@ import (
 // sectionNotes are printed under a section's table of figures: how its
 // figures are made, and what bounds them.
 var sectionNotes = map[string]string{
-	secLimit: "pgbench (`-M prepared`, `-j` up to the CPU count) runs each script of bench/pgbench on a freshly migrated " +
+	secLimit: "pgbench (`-M prepared`, `-j` up to the CPU count, `-T` the window plus 50 ms a client in whole seconds " +
+		"rounded down, as pgbench counts its connecting in `-T` but not in its tps) runs each script of bench/pgbench on a freshly migrated " +
 		"schema of seqlease's own tables: (a) the lease statement's work (bump the stream's counter row, insert the " +
 		"entry), (b) that lease and then the commit's conditional write as two transactions, without the ordering check " +
-		"and without NOTIFY, (c) a named lease taken with one guarded upsert and released with one fenced update. " +
-		"Every client of (a) and (b) leases from the same stream, as the seqlease workers do, so the counter row is hot.",
+		"and without NOTIFY, (c) a named lease taken with one guarded upsert and released with one fenced update, " +
+		"(d) script (b) with each client on a stream of its own ('pgbench-' || client_id), (d+notify) script (d) with " +
+		"one `pg_notify` in the commit's transaction (nobody listens), (e) script (b) with the entry numbered by " +
+		"`nextval` of a plain sequence (created in the fresh schema) instead of a counter row, one stream. " +
+		"Every client of (a), (b) and (e) leases on the same stream, as the seqlease workers on one stream do, so the " +
+		"counter row of (a) and (b) is hot; (e) has no counter row to wait on, and no density.",
 	secStreams: "Workers loop on one stream of a fresh schema (pool of workers + 4 connections, TTL 1 min). " +
 		"Lease coalescing is on (the default) everywhere; group commit is off with `MaxGroup: 1`. " +
-		"The raw pgx loop runs exactly the statements of script (b). Every seqlease resolution also NOTIFYs the " +
-		"barriers of other processes; PostgreSQL serializes the commits of all notifying transactions (async.c takes " +
-		"a cluster-wide lock before the commit and holds it until the commit, WAL flush included, is done), which " +
-		"group commit amortizes over a whole group.",
-	secMany: "One process, one Leaser (coalescing and group commit on), 16 workers: worker i leases and commits on " +
-		"stream i mod s of a fresh schema, so each stream has 16/s workers; pool of max(16, 2 x streams) + 4 " +
-		"connections (docs/operations.md). Group commit folds only consecutive numbers of one stream, so the " +
-		"fewer workers a stream has, the smaller its groups: with one worker per stream every commit is a " +
-		"transaction of its own, with its WAL flush and its NOTIFY, and PostgreSQL serializes the commits of " +
-		"notifying transactions across the whole database.",
+		"The raw pgx loop runs exactly the statements of script (b). Every seqlease resolution is also noticed to the " +
+		"barriers of other processes, after its commit, in a NOTIFY statement of its own that does not wait for its WAL " +
+		"flush (one for everything resolved meanwhile): PostgreSQL serializes the commits of all notifying " +
+		"transactions (async.c takes a cluster-wide lock before the commit and holds it until the commit, WAL flush " +
+		"included, is done), so the resolving transactions send none.",
+	secMany: "One process, one Leaser (coalescing and group commit on), w workers over s streams of a fresh schema: " +
+		"worker i's k-th lease and commit are on stream (i + k·w) mod s, so with s <= w each stream has w/s workers " +
+		"(worker i on stream i mod s), and with s > w worker i takes streams i, i+w, i+2w, ... in turn and every " +
+		"stream gets work. Every row has a pool of 24 connections (the barrier's listener takes one): the Leaser " +
+		"batches across streams (concurrent leases of any streams share one statement, ready commits of any streams " +
+		"share one transaction, and the resolutions' notices go out after the commit), so a waiting worker holds no " +
+		"connection. After the window, every stream must have no number unresolved and at least as many resolved " +
+		"numbers as the loop counted. The limits to compare with are pgbench (d), each client on its own stream, " +
+		"and (e), one stream numbered by a plain sequence.",
 	secNamed: "Each goroutine acquires and releases its own name (`TryAcquire` / pglock's `FailIfLocked`), or all 16 " +
 		"contend for one name with blocking acquires; TTL 1 min, no keep-alive, pglock's heartbeats off. " +
 		"seqlease's acquire reads before it writes (so a held name costs no write) and its release NOTIFYs only " +

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -26,12 +27,20 @@ const leaseTTL = time.Minute
 // on a fresh schema of seqlease's tables.
 func pgbenchSpecs() []spec {
 	var out []spec
-	for _, s := range []struct{ script, name string }{
-		{pgbench.Lease, "(a) lease, one per transaction"},
-		{pgbench.LeaseCommit, "(b) lease + commit, two transactions"},
-		{pgbench.NamedLease, "(c) named-lease acquire (guarded upsert) + release"},
+	for _, s := range []struct {
+		script, name string
+		clients      []int
+		// setup, if not nil, prepares the fresh schema before pgbench runs.
+		setup func(ctx context.Context, e *env, schema string) error
+	}{
+		{script: pgbench.Lease, name: "(a) lease, one per transaction", clients: []int{1, 4, 16}},
+		{script: pgbench.LeaseCommit, name: "(b) lease + commit, two transactions", clients: []int{1, 4, 16}},
+		{script: pgbench.NamedLease, name: "(c) named-lease acquire (guarded upsert) + release", clients: []int{1, 4, 16}},
+		{script: pgbench.OwnStream, name: "(d) lease + commit, two transactions, each client on its own stream", clients: []int{1, 4, 16, 64}},
+		{script: pgbench.OwnStreamNotify, name: "(d+notify) (d), the commit's transaction also NOTIFYing once", clients: []int{16}},
+		{script: pgbench.Sequence, name: "(e) lease numbered by a plain sequence (nextval) + commit, two transactions, one stream", clients: []int{1, 4, 16}, setup: createSequence},
 	} {
-		for _, c := range []int{1, 4, 16} {
+		for _, c := range s.clients {
 			out = append(out, spec{
 				key:     fmt.Sprintf("pgbench/%s/c=%d", s.script, c),
 				section: secLimit,
@@ -43,6 +52,11 @@ func pgbenchSpecs() []spec {
 						return nil, err
 					}
 					defer drop()
+					if s.setup != nil {
+						if err := s.setup(ctx, e, schema); err != nil {
+							return nil, err
+						}
+					}
 					tps, err := pgbench.Run(ctx, pgbench.Params{DSN: e.dsn, Schema: schema, Script: s.script, Clients: c, Duration: e.dur})
 					return map[string]float64{"rate": tps}, err
 				},
@@ -50,6 +64,15 @@ func pgbenchSpecs() []spec {
 		}
 	}
 	return out
+}
+
+// createSequence creates the sequence that script (e) numbers its leases
+// with, in the fresh schema.
+func createSequence(ctx context.Context, e *env, schema string) error {
+	if _, err := e.admin.Exec(ctx, "CREATE SEQUENCE "+pgx.Identifier{schema, pgbench.SequenceName}.Sanitize()); err != nil {
+		return fmt.Errorf("create sequence %s.%s: %w", schema, pgbench.SequenceName, err)
+	}
+	return nil
 }
 
 // seqEnv is a Leaser on PostgreSQL: a fresh schema, a pool, a started
@@ -191,31 +214,43 @@ func streamSpecs() []spec {
 	return out
 }
 
-// manyWorkers is how many workers the many-streams rows spread over their
-// streams: as many as the one-stream rows' largest count.
-const manyWorkers = 16
+// manyConns is the pool of every many-streams row: the Leaser batches
+// leases and commits across streams, so a worker holds no connection of its
+// own while it waits; the barrier's listener takes one of them.
+const manyConns = 24
 
 // manySpecs are lease + ordered commit on several streams of one database
-// at once, by one process: manyWorkers workers, worker i on stream i mod s.
+// at once, by one process: w workers over s streams. Worker i's k-th
+// operation is on stream (i + k*w) mod s: with s <= w (w a multiple of s)
+// that is always stream i mod s; with s > w (s a multiple of w) worker i
+// takes streams i, i+w, i+2w, ... in turn, so that every stream is used.
 func manySpecs() []spec {
 	var out []spec
-	for _, n := range []int{1, 4, 16} {
+	for _, ws := range []struct{ w, s int }{{16, 1}, {16, 4}, {16, 16}, {16, 64}, {64, 64}} {
+		w, n := ws.w, ws.s
+		name := fmt.Sprintf("lease + ordered commit, group commit on, %s over %s", plural(w, "worker"), plural(n, "stream"))
+		if n > w {
+			name += fmt.Sprintf(" (each worker takes %d streams in turn)", n/w)
+		}
 		out = append(out, spec{
-			key:     fmt.Sprintf("seq/streams/s=%d/w=%d", n, manyWorkers),
+			key:     fmt.Sprintf("seq/streams/s=%d/w=%d", n, w),
 			section: secMany,
-			name:    fmt.Sprintf("lease + ordered commit, group commit on, %s over %s", plural(manyWorkers, "worker"), plural(n, "stream")),
+			name:    name,
 			metrics: []metric{{key: "rate", unit: "ops/s"}},
 			run: func(ctx context.Context, e *env) (map[string]float64, error) {
 				streams := make([]string, n)
 				for i := range streams {
 					streams[i] = fmt.Sprintf("bench-%d", i)
 				}
-				// docs/operations.md: about two connections per busy stream
-				// plus four, and at least one per worker.
-				conns := max(manyWorkers, 2*n) + 4
-				return withSeq(ctx, e, conns, sequence.Config{}, func(s *seqEnv) (map[string]float64, error) {
-					r, err := loop(ctx, loopOpts{workers: manyWorkers, warm: e.warm, dur: e.dur}, func(ctx context.Context, w int) error {
-						x, err := s.leaser.Lease(ctx, streams[w%n], &sequence.LeaseOpts{TTL: leaseTTL})
+				next := make([]int, w) // worker i's next stream; only worker i touches next[i]
+				for i := range next {
+					next[i] = i % n
+				}
+				return withSeq(ctx, e, manyConns, sequence.Config{}, func(s *seqEnv) (map[string]float64, error) {
+					r, err := loop(ctx, loopOpts{workers: w, warm: e.warm, dur: e.dur}, func(ctx context.Context, i int) error {
+						stream := streams[next[i]]
+						next[i] = (next[i] + w) % n
+						x, err := s.leaser.Lease(ctx, stream, &sequence.LeaseOpts{TTL: leaseTTL})
 						if err != nil {
 							return err
 						}
