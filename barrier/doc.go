@@ -17,14 +17,18 @@
 //
 // A snapshot (one statement) gives W, Known and the numbers in (W, Known]
 // that were unresolved. From then on, every resolution the backend reports
-// (store.Sink: PostgreSQL LISTEN/NOTIFY sent by the resolving transaction; the
-// memory backend's direct calls) and every resolution this process makes
-// itself is added to the picture, and W advances over every number known to be
-// resolved. Each advance is O(1) per number, with no query.
+// (store.Sink: PostgreSQL LISTEN/NOTIFY, noticed by the resolving Store after
+// the commit; the memory backend's direct calls) and every resolution this
+// process makes itself is added to the picture, and W advances over every
+// number known to be resolved. Each advance is O(1) per number, with no
+// query. A report that every number up to n is resolved (ResolvedThrough,
+// after an ordered commit of n) moves W to n at once.
 //
 // Everything the barrier records is a fact: a snapshot is true at its
 // instant, a reported resolution is true forever (resolutions are final).
-// Missing a notification can therefore only make W lag, never run ahead. To
+// Missing a notification (a listener that reconnected, a process that
+// crashed between a commit and its notice) can therefore only make W lag,
+// never run ahead. To
 // bound the lag the barrier re-reads a snapshot whenever the backend says it
 // may have missed something (Sink.Reset, after a reconnect), when a waiter
 // arrives on a stream whose snapshot predates the last reset, when the

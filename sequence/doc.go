@@ -27,6 +27,19 @@
 // so the holder believes its lease over a little before the database does,
 // never after. A holder whose wall clock is wrong is therefore still safe.
 //
+// # Batching
+//
+// On a backend with a round trip to save, the Leaser batches across streams
+// through the library's batching engine (batching.go): concurrent Lease
+// calls share one statement (store.MultiLeaser), and the commits that are
+// ready at the same time share one transaction (store.MultiCommitter): a
+// run of consecutive numbers of a stream whose turn came (group commit),
+// the runs of other streams, and Complete calls. Each item keeps its own
+// checks and its own outcome, exactly as if it had gone alone; a commit
+// whose batch failed as a whole (a lost connection) returns an error whose
+// outcome is unknown, and a retry on the same handle tells (I7). On a
+// backend that answers in process (store.InProcess) every call goes alone.
+//
 // # Waiting for the turn
 //
 // An ordered commit whose turn has not come yields once (the holder of the
@@ -37,7 +50,7 @@
 // without grouping share one timer, armed for the earliest deadline among
 // them and re-armed when it fires; a lease whose own timer is armed (Done,
 // Context, KeepAlive) is left to it. On a store with calls for one number
-// (a *memory.Store, through package internal/inproc), a Lease and an
+// (store.OneByOne: a *memory.Store), a Lease and an
 // ungrouped Commit that need not park allocate nothing but the Lease handle.
 //
 // # Observing

@@ -8,6 +8,23 @@
 // default, and store/postgres, the shared coordinator between processes.
 // store/storetest is the conformance suite both must pass.
 //
+// # Capabilities
+//
+// What a backend can do beyond the contract is an optional interface of this
+// package that the consumer checks with a type assertion, as io.Copy checks
+// io.WriterTo (capability.go):
+//
+//	InProcess       answers in process: batching saves nothing (memory)
+//	OneByOne        a lease and a commit of one number that allocate nothing (memory)
+//	MultiLeaser     leases of many streams in one statement (memory, PostgreSQL)
+//	MultiCommitter  commits of many streams in one transaction (memory, PostgreSQL)
+//	TxCommitter[T]  the caller's function in the committing transaction (PostgreSQL, pgx.Tx)
+//	EarlyAcquirer   an acquire batch decided before it is durable (PostgreSQL)
+//
+// The conformance suite checks each capability on every backend that has
+// it. A wrapper that embeds a backend gets its capabilities too: it must
+// wrap them as well, or embed the consumer's interface instead.
+//
 // # Streams and entries
 //
 // A stream is a named, dense sequence of entries numbered 1..N. Every number
@@ -39,8 +56,9 @@
 // An ordered commit of n (CommitParams.Ordered, CommitBatchParams.Ordered)
 // is refused with ErrNotReady while any number below n is unresolved: the
 // store itself enforces I4. Every resolution is reported to the backend's
-// watchers (Watch, a Sink), which is how the barrier learns of resolutions
-// made by other processes.
+// watchers (Watch, a Sink), after it took effect, which is how the barrier
+// learns of resolutions made by other processes: one by one, or, after an
+// ordered commit of n, as every number up to n (Sink.ResolvedThrough).
 //
 // # Time
 //

@@ -35,6 +35,30 @@
 // refused write is explained by a second, read-only statement; the fast path
 // is one round trip.
 //
+// # Many streams at once
+//
+// LeaseMulti leases for many streams in one statement: each stream's
+// counter row bumped once by its count, the rows locked in stream-name
+// order, so that two statements never deadlock on them. CommitMulti
+// pipelines the conditional writes of many streams' commits in one batch,
+// which PostgreSQL runs as one implicit transaction: one round trip, one
+// WAL flush. CommitTx does the same in an interactive transaction, the
+// caller's function of each item in a savepoint of its own. These are the
+// backend's capabilities (store/capability.go) the sequence Leaser batches
+// with (multi.go).
+//
+// # Notices
+//
+// No resolving statement sends NOTIFY: PostgreSQL serializes the commits
+// of every transaction that issued one, cluster-wide, through each
+// commit's WAL flush. The Store collects what committed and notices it to
+// the other processes' listeners after the commit, in one statement with
+// synchronous_commit off, one notice per stream for all collected since
+// the last: "t<TAB>stream<TAB>n" (every number up to n resolved, after an
+// ordered commit of n) or "r<TAB>stream<TAB>list" (numbers and ranges). A
+// goroutine of the running Watch sends them; without a Watch the resolving
+// call does, before it returns (notice.go).
+//
 // # Moving expired work
 //
 // RecoverExpired is one statement: it locks the expired entry, takes the
@@ -68,7 +92,8 @@
 // the items) and take rows in name order. An acquire batch may ask for its
 // rows ahead of its commit (decided.go: a Flush request before the Sync),
 // so that the caller can send its next batch while this one's WAL flush
-// runs; the outcomes count only once the commit returned.
+// runs; the outcomes count only once the commit returned
+// (store.EarlyAcquirer).
 // CheckFence guards a write in the caller's transaction with the lease's
 // fencing token. Ends of holdings are announced on the schema's channel
 // with the payload "l<TAB>name" (a release only when the name is wanted),
