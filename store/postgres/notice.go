@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/hex"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -23,11 +24,12 @@ import (
 // notices them in a transaction of its own, after the commit, with
 // synchronous_commit off (a notice is worth nothing after a crash, so its
 // commit need not wait for a flush, and holds that lock for microseconds):
-// one statement for everything collected since the last one, and per
-// stream one notice (more only if its numbers do not fit in one payload).
+// one statement for everything collected since the last one, each notice
+// packing the records of as many streams as fit in a payload.
 //
-// The payloads, fields separated by tabs (stream names hold no control
-// characters):
+// A payload is lines separated by newlines (stream names hold no control
+// characters): the sending Store's id (16 hex digits), then records of
+// fields separated by tabs:
 //
 //	t <stream> <n>        every number of the stream up to n is resolved: an
 //	                      ordered commit of n succeeded
@@ -36,16 +38,19 @@ import (
 //	s <stream>            something was resolved that the Store could no
 //	                      longer list: re-read
 //
-// Who sends: while a Watch of this Store runs, a goroutine of the Watch
-// sends what was collected as soon as the previous statement returned, so
-// that resolving calls do not wait for it. Without a Watch, the resolving
-// call sends before it returns. On a Store over a caller's transaction
-// (the DB is a pgx.Tx), the notices go in that transaction, which delivers
-// them if and when it commits. A statement that fails puts its notices
-// back, to go with the next one. A notice lost for good (the process
-// crashed between the commit and the notice) only delays the other
-// processes' wake-ups until their safety poll re-reads the stream; a
-// listener that reconnects re-reads everything it may have missed.
+// The Store's own Watch hears of its resolutions at once, in process, as
+// they commit, and skips the notices that carry its own id. Who sends: while
+// a Watch of the Store runs, a goroutine of the Watch sends what was
+// collected as soon as the previous statement returned, so that resolving
+// calls do not wait for it. Without a Watch, the resolving call sends before
+// it returns. On a Store over a caller's transaction (the DB is a pgx.Tx),
+// the notices go in that transaction, which delivers them if and when it
+// commits, and nothing is heard in process (the transaction may yet roll
+// back). A statement that fails puts its notices back, to go with the next
+// one. A notice lost for good (the process crashed between the commit and
+// the notice) only delays the other processes' wake-ups until their safety
+// poll re-reads the stream; a listener that reconnects re-reads everything
+// it may have missed.
 
 const (
 	// maxPayload bounds a notice's payload: PostgreSQL refuses more than
@@ -56,15 +61,19 @@ const (
 	maxListed = 10_000
 	// noticeTimeout bounds a notices statement sent in the background.
 	noticeTimeout = 10 * time.Second
+	// idLen is the length of a Store's id in a payload.
+	idLen = 16
 )
 
 // notices collects a Store's resolutions and sends them (see Notices).
 type notices struct {
 	s      *Store
+	id     string     // this Store's, in every payload it sends
 	sendMu sync.Mutex // one statement at a time: a stream's notices go out in order
 
 	mu      sync.Mutex
 	pending map[string]*streamNotice
+	sinks   []store.Sink  // the running Watch calls' (each a registration of its own)
 	serving int           // Watch calls that send in the background
 	wake    chan struct{} // capacity 1: something was collected
 }
@@ -77,7 +86,14 @@ type streamNotice struct {
 }
 
 func newNotices(s *Store) *notices {
-	return &notices{s: s, pending: map[string]*streamNotice{}, wake: make(chan struct{}, 1)}
+	tok := store.NewToken()
+	return &notices{s: s, id: hex.EncodeToString(tok[:idLen/2]), pending: map[string]*streamNotice{}, wake: make(chan struct{}, 1)}
+}
+
+// inTx reports whether the Store runs in a caller's transaction.
+func (n *notices) inTx() bool {
+	_, ok := n.s.db.(pgx.Tx)
+	return ok
 }
 
 // resolved records that the numbers of stream were resolved by a
@@ -88,11 +104,23 @@ func (n *notices) resolved(ctx context.Context, stream string, through int64, nu
 	n.flush(ctx)
 }
 
-// add records resolutions as resolved does, without sending them.
+// add records resolutions as resolved does, and tells the Store's own
+// watchers, without sending anything.
 func (n *notices) add(stream string, through int64, numbers ...int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.addLocked(stream, through, numbers)
+	if n.inTx() {
+		return // not committed yet: the caller's transaction decides
+	}
+	for _, sink := range n.sinks {
+		if through > 0 {
+			sink.ResolvedThrough(stream, through)
+		}
+		for _, num := range numbers {
+			sink.Resolved(stream, num)
+		}
+	}
 }
 
 // flush has what was collected sent: in the background while a Watch
@@ -101,7 +129,7 @@ func (n *notices) flush(ctx context.Context) {
 	n.mu.Lock()
 	serving := n.serving > 0
 	n.mu.Unlock()
-	if _, inTx := n.s.db.(pgx.Tx); serving && !inTx {
+	if serving && !n.inTx() {
 		select {
 		case n.wake <- struct{}{}:
 		default: // a send is due already
@@ -126,6 +154,25 @@ func (n *notices) addLocked(stream string, through int64, numbers []int64) {
 		sn.numbers, sn.reread = nil, true
 	}
 }
+
+// watch registers sink for the Store's own resolutions, in process, until
+// the returned function is called. Each call is a registration of its
+// own: the same sink registered twice hears twice.
+func (n *notices) watch(sink store.Sink) (unwatch func()) {
+	reg := &registration{sink}
+	n.mu.Lock()
+	n.sinks = append(slices.Clone(n.sinks), reg)
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		n.sinks = slices.DeleteFunc(slices.Clone(n.sinks), func(s store.Sink) bool { return s == store.Sink(reg) })
+	}
+}
+
+// registration is one Watch call's entry among the sinks: found again by
+// its own pointer, so a sink need not be comparable.
+type registration struct{ store.Sink }
 
 // serve sends what is collected, in the background, until ctx ends; it is
 // run by each Watch, which waits for it. What is left at the end is sent
@@ -168,13 +215,13 @@ func (n *notices) send(ctx context.Context) {
 	n.pending = make(map[string]*streamNotice, len(taken))
 	n.mu.Unlock()
 
-	var payloads []string
+	var records []string
 	for stream, sn := range taken {
-		payloads = sn.appendPayloads(payloads, stream)
+		records = sn.appendRecords(records, stream)
 	}
-	_, inTx := n.s.db.(pgx.Tx) // the caller's transaction commits as it chooses
+	payloads := pack(n.id, records)
 	var sent int64
-	err := n.s.db.QueryRow(ctx, n.s.q.notices, n.s.channel, payloads, !inTx).Scan(&sent)
+	err := n.s.db.QueryRow(ctx, n.s.q.notices, n.s.channel, payloads, !n.inTx()).Scan(&sent)
 	if err == nil {
 		return
 	}
@@ -189,8 +236,31 @@ func (n *notices) send(ctx context.Context) {
 	}
 }
 
-// appendPayloads appends the payloads that notice sn of stream.
-func (sn *streamNotice) appendPayloads(out []string, stream string) []string {
+// pack packs records into as few payloads as fit, each starting with the
+// sender's id.
+func pack(id string, records []string) []string {
+	var out []string
+	var b strings.Builder
+	for _, r := range records {
+		if b.Len() > 0 && b.Len()+1+len(r) > maxPayload {
+			out = append(out, b.String())
+			b.Reset()
+		}
+		if b.Len() == 0 {
+			b.WriteString(id)
+		}
+		b.WriteByte('\n')
+		b.WriteString(r)
+	}
+	if b.Len() > 0 {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// appendRecords appends the records that notice sn of stream, none longer
+// than a payload can carry next to the id.
+func (sn *streamNotice) appendRecords(out []string, stream string) []string {
 	if sn.through > 0 {
 		out = append(out, "t\t"+stream+"\t"+strconv.FormatInt(sn.through, 10))
 	}
@@ -202,6 +272,7 @@ func (sn *streamNotice) appendPayloads(out []string, stream string) []string {
 	i, _ := slices.BinarySearch(nums, sn.through+1)
 	nums = nums[i:]
 	prefix := "r\t" + stream + "\t"
+	const room = maxPayload - idLen - 1
 	var b strings.Builder
 	for len(nums) > 0 {
 		j := 1 // nums[:j] is a range
@@ -212,7 +283,7 @@ func (sn *streamNotice) appendPayloads(out []string, stream string) []string {
 		if j > 1 {
 			item += "-" + strconv.FormatInt(nums[j-1], 10)
 		}
-		if b.Len() > 0 && b.Len()+1+len(item) > maxPayload {
+		if b.Len() > 0 && b.Len()+1+len(item) > room {
 			out = append(out, b.String())
 			b.Reset()
 		}
@@ -230,7 +301,7 @@ func (sn *streamNotice) appendPayloads(out []string, stream string) []string {
 	return out
 }
 
-// notice is a parsed resolution notice.
+// notice is a parsed resolution record.
 type notice struct {
 	kind    byte // 't', 'r' or 's'
 	stream  string
@@ -238,13 +309,44 @@ type notice struct {
 	ranges  [][2]int64 // 'r': inclusive ranges, each a <= b
 }
 
-// parseNotice parses a resolution notice. Any session may NOTIFY on the
-// channel, so it accepts exactly what the Store sends (appendPayloads):
-// the kind, a valid stream name, and for "t" a number >= 1, for "r" a
-// list of numbers >= 1 and ranges a-b with a < b, as PostgreSQL and
-// strconv print them (no sign, no leading zero).
-func parseNotice(payload string) (notice, bool) {
-	kind, rest, ok := strings.Cut(payload, "\t")
+// parsePayload parses a notices payload: the sender's id and its records.
+// Any session may NOTIFY on the channel, so it accepts exactly what the
+// Store sends (pack, appendRecords): an id of 16 lowercase hex digits,
+// then at least one record, each valid (parseRecord).
+func parsePayload(payload string) (sender string, records []notice, ok bool) {
+	lines := strings.Split(payload, "\n")
+	if len(lines) < 2 || !isID(lines[0]) {
+		return "", nil, false
+	}
+	for _, line := range lines[1:] {
+		nt, ok := parseRecord(line)
+		if !ok {
+			return "", nil, false
+		}
+		records = append(records, nt)
+	}
+	return lines[0], records, true
+}
+
+// isID reports whether s is a Store's id: 16 lowercase hex digits.
+func isID(s string) bool {
+	if len(s) != idLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseRecord parses one record: the kind, a valid stream name, and for
+// "t" a number >= 1, for "r" a list of numbers >= 1 and ranges a-b with
+// a < b (at most maxListed numbers in all), as PostgreSQL and strconv
+// print them (no sign, no leading zero).
+func parseRecord(line string) (notice, bool) {
+	kind, rest, ok := strings.Cut(line, "\t")
 	if !ok || len(kind) != 1 {
 		return notice{}, false
 	}
@@ -290,7 +392,7 @@ func parseNotice(payload string) (notice, bool) {
 	return notice{}, false
 }
 
-// deliver passes the notice to sink.
+// deliver passes the record to sink.
 func (nt notice) deliver(sink store.Sink) {
 	switch nt.kind {
 	case 't':

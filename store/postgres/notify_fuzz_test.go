@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,8 +14,8 @@ import (
 )
 
 // Fuzz targets of the parsers of the NOTIFY payloads that the listeners
-// read: parseNotice (the barrier's resolutions, formatted by
-// streamNotice.appendPayloads) and parseWaiter (the named-lease waiters'
+// read: parsePayload (the barrier's resolution notices, formatted by
+// streamNotice.appendRecords and pack) and parseWaiter (the named-lease waiters'
 // announcements, sent by AnnounceLeaseWaiter, whose SQL formatWaiter below
 // models). Any session that can connect may NOTIFY on the channel, so a
 // parser must refuse whatever its formatter cannot send: each target checks
@@ -56,9 +57,9 @@ var payloadSeeds = []string{
 	"r\ts\t1-10000", "r\ts\t1-10001", "r\ts\t1-9223372036854775807", "t\ts\t5", "t\ts\t0", "t\ts\t5,6", "w\ts\t5", "s\ts", "s\t", "s\ts\t1",
 }
 
-// refNotice parses raw by the documented form, with regular expressions: a
-// reference for parseNotice.
-func refNotice(raw string) (notice, bool) {
+// refRecord parses a record by the documented form, with regular
+// expressions: a reference for parseRecord.
+func refRecord(raw string) (notice, bool) {
 	kind, rest, ok := strings.Cut(raw, "\t")
 	switch {
 	case !ok:
@@ -106,87 +107,122 @@ func refNotice(raw string) (notice, bool) {
 // listForm is the form of the list of an "r" notice.
 var listForm = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
 
-func FuzzParseNotice(f *testing.F) {
+// refPayload parses a payload by the documented form: a reference for
+// parsePayload.
+func refPayload(raw string) (string, []notice, bool) {
+	lines := strings.Split(raw, "\n")
+	if len(lines) < 2 || !storeID.MatchString(lines[0]) {
+		return "", nil, false
+	}
+	var out []notice
+	for _, l := range lines[1:] {
+		nt, ok := refRecord(l)
+		if !ok {
+			return "", nil, false
+		}
+		out = append(out, nt)
+	}
+	return lines[0], out, true
+}
+
+// storeID is the form of a Store's id in a payload.
+var storeID = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+func FuzzParsePayload(f *testing.F) {
 	for _, p := range payloadSeeds {
 		f.Add("s", int64(0), uint64(1), 1, p)
+		f.Add("s", int64(0), uint64(1), 1, "0123456789abcdef\n"+p)
+		f.Add("s", int64(0), uint64(1), 1, "0123456789abcdef\nt\ta\t1\n"+p)
 	}
-	for _, s := range []string{"orders", "a\tb", "日本語", strings.Repeat("s", store.MaxNameLen), ""} {
+	for _, p := range []string{"0123456789abcdef", "0123456789ABCDEF\nt\ts\t1", "0123456789abcde\nt\ts\t1", "0123456789abcdef\n\nt\ts\t1"} {
+		f.Add("s", int64(0), uint64(1), 1, p)
+	}
+	for _, s := range []string{"orders", "a\tb", "a\nb", "日本語", strings.Repeat("s", store.MaxNameLen), ""} {
 		for _, through := range []int64{0, 1, 7, 1<<63 - 1} {
 			f.Add(s, through, uint64(0x5eed), 40, "")
 		}
 	}
+	const id = "0123456789abcdef"
 	f.Fuzz(func(t *testing.T, stream string, through int64, seed uint64, count int, raw string) {
 		// The round trip: the payloads of any collection of resolutions
-		// of a valid stream come back as collected, and those of an invalid
-		// one are refused.
+		// of a valid stream come back as collected, from their sender, and
+		// a record of an invalid one is refused. Another stream's record
+		// shares the payloads, as records do.
 		sn := &streamNotice{through: min(max(through, 0), 1<<62)} // numbers above it stay below 2^63
 		r := rand.New(rand.NewPCG(seed, seed))
 		for range min(max(count, 0), 3*maxListed) {
-			sn.numbers = append(sn.numbers, max(sn.through, 0)+1+r.Int64N(1+int64(r.IntN(3))*500))
+			sn.numbers = append(sn.numbers, sn.through+1+r.Int64N(1+int64(r.IntN(3))*500))
 		}
 		if len(sn.numbers) > maxListed {
 			sn.numbers, sn.reread = nil, true
 		}
 		valid := store.ValidateStream(stream) == nil
 		gotThrough, got, reread := int64(0), map[int64]bool{}, false
-		for _, p := range sn.appendPayloads(nil, stream) {
-			if len(p) > maxPayload+len(stream)+32 {
+		for _, p := range pack(id, sn.appendRecords([]string{"t\tother\t3"}, stream)) {
+			if len(p) > maxPayload {
 				t.Fatalf("payload of %d bytes", len(p))
 			}
-			nt, ok := parseNotice(p)
+			sender, records, ok := parsePayload(p)
 			if !valid {
-				if ok {
-					t.Fatalf("parseNotice(%q) accepted a notice of an invalid stream", p)
+				if ok && slices.ContainsFunc(records, func(nt notice) bool { return nt.stream != "other" }) {
+					t.Fatalf("parsePayload(%q) accepted a record of an invalid stream", p)
 				}
 				continue
 			}
-			if !ok || nt.stream != stream {
-				t.Fatalf("parseNotice(%q) = %+v, %v", p, nt, ok)
+			if !ok || sender != id {
+				t.Fatalf("parsePayload(%q) = %q, %+v, %v", p, sender, records, ok)
 			}
-			switch nt.kind {
-			case 't':
-				gotThrough = nt.through
-			case 's':
-				reread = true
-			case 'r':
-				for _, rg := range nt.ranges {
-					for n := rg[0]; n <= rg[1]; n++ {
-						got[n] = true
+			for _, nt := range records {
+				switch {
+				case nt.stream == "other" && stream != "other":
+					continue
+				case nt.stream != stream:
+					t.Fatalf("parsePayload(%q): a record of %q", p, nt.stream)
+				}
+				switch nt.kind {
+				case 't':
+					gotThrough = max(gotThrough, nt.through)
+				case 's':
+					reread = true
+				case 'r':
+					for _, rg := range nt.ranges {
+						for n := rg[0]; n <= rg[1]; n++ {
+							got[n] = true
+						}
 					}
 				}
 			}
 		}
-		if !valid {
-			return
-		}
-		want := map[int64]bool{}
-		for _, n := range sn.numbers {
-			if n > sn.through {
-				want[n] = true
+		if valid && stream != "other" {
+			want := map[int64]bool{}
+			for _, n := range sn.numbers {
+				if n > sn.through {
+					want[n] = true
+				}
 			}
-		}
-		switch {
-		case gotThrough != sn.through:
-			t.Fatalf("through %d, want %d", gotThrough, sn.through)
-		case reread != sn.reread:
-			t.Fatalf("reread %v, want %v", reread, sn.reread)
-		case len(got) != len(want):
-			t.Fatalf("%d numbers back, want %d", len(got), len(want))
-		}
-		for n := range want {
-			if !got[n] {
-				t.Fatalf("number %d lost", n)
+			switch {
+			case gotThrough != sn.through:
+				t.Fatalf("through %d, want %d", gotThrough, sn.through)
+			case reread != sn.reread:
+				t.Fatalf("reread %v, want %v", reread, sn.reread)
+			case len(got) != len(want):
+				t.Fatalf("%d numbers back, want %d", len(got), len(want))
+			}
+			for n := range want {
+				if !got[n] {
+					t.Fatalf("number %d lost", n)
+				}
 			}
 		}
 
 		// The documented form.
-		wantNT, wantOK := refNotice(raw)
-		gotNT, ok := parseNotice(raw)
+		wantID, wantRecords, wantOK := refPayload(raw)
+		gotID, gotRecords, ok := parsePayload(raw)
 		switch {
 		case ok != wantOK:
-			t.Fatalf("parseNotice(%q) ok = %v, want %v (%+v)", raw, ok, wantOK, gotNT)
-		case ok && !reflect.DeepEqual(gotNT, wantNT):
-			t.Fatalf("parseNotice(%q) = %+v, want %+v", raw, gotNT, wantNT)
+			t.Fatalf("parsePayload(%q) ok = %v, want %v (%+v)", raw, ok, wantOK, gotRecords)
+		case ok && (gotID != wantID || !reflect.DeepEqual(gotRecords, wantRecords)):
+			t.Fatalf("parsePayload(%q) = %q %+v, want %q %+v", raw, gotID, gotRecords, wantID, wantRecords)
 		}
 	})
 }

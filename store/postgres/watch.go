@@ -79,7 +79,9 @@ func (s *Store) ReadResolved(ctx context.Context, stream string, after int64, li
 }
 
 // Watch delivers the resolutions of every stream in the schema to sink until
-// ctx ends, from LISTEN on a connection it takes out of the pool. It calls
+// ctx ends: those this Store makes, in process, as they commit; those of
+// other Stores (other processes), from LISTEN on a connection it takes out
+// of the pool. It calls
 // sink.Reset each time it starts listening (first and after a reconnect), so
 // the receiver re-reads the truth for what it may have missed. Connection
 // errors are retried with exponential backoff (up to a 30 s pause). It
@@ -98,6 +100,7 @@ func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.notes.serve(ctx) })
+	defer s.notes.watch(sink)() // this Store's own resolutions, in process
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 30 * time.Second
@@ -144,7 +147,11 @@ func (s *Store) listen(ctx context.Context, pool interface {
 		if err != nil {
 			return err
 		}
-		if nt, ok := parseNotice(n.Payload); ok {
+		sender, records, ok := parsePayload(n.Payload)
+		if !ok || sender == s.notes.id { // this Store's own: heard in process already
+			continue
+		}
+		for _, nt := range records {
 			nt.deliver(sink)
 		}
 	}
