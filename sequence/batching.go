@@ -239,15 +239,17 @@ func (txFuncOf[T]) engine(l *Leaser) *batch.Batcher[*group, groupResult] {
 }
 
 // sendGroup commits g through the engine of its kind and returns each
-// item's outcome. A group of several items is sent under the leader's
-// values without its cancellation (its members' commits do not end with
-// the leader's context), bounded by Config.WriteTimeout.
+// item's outcome. A run of ordered commits is sent under the leader's
+// values without its cancellation, bounded by Config.WriteTimeout: its
+// members' commits, and those it takes along when the engine takes it
+// (extend), do not end with the leader's context. A Complete goes with its
+// caller's.
 func (l *Leaser) sendGroup(ctx context.Context, g *group) groupResult {
 	eng := l.commits
 	if g.tx != nil {
 		eng = g.tx.engine(l)
 	}
-	if len(g.items) > 1 {
+	if len(g.items) > 1 || g.items[0].ordered {
 		var cancel context.CancelFunc
 		ctx, cancel = l.sharedContext(ctx)
 		defer cancel()

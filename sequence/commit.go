@@ -50,6 +50,7 @@ type commitItem struct {
 	payload []byte
 	fn      txFunc        // CommitTx's function for the committing transaction; nil for none
 	ordered bool          // Commit and CommitTx; not Complete
+	arrived bool          // counted on the wave when it parked (see commitOrdered)
 	done    chan struct{} // closed when err is set
 	err     error
 	ctx     context.Context // the caller's, for Observer.CommitReady
@@ -93,6 +94,10 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn txFunc) (e
 	c := l.committer(x.stream)
 	for {
 		it := &commitItem{lease: x, payload: payload, fn: fn, ordered: true, done: make(chan struct{}), ctx: ctx, parked: parked}
+		// A commit whose turn has not come joins a run of its stream that
+		// is taken after it parked: it arrives at the engine now. One whose
+		// turn came leads a run of its own: it arrives when it queues it.
+		it.arrived = !l.barrier.Reached(x.stream, x.number)
 		c.mu.Lock()
 		if _, dup := c.parked[x.number]; dup {
 			c.mu.Unlock()
@@ -100,7 +105,9 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn txFunc) (e
 		}
 		c.parked[x.number] = it
 		c.mu.Unlock()
-		l.arrive()
+		if it.arrived {
+			l.arrive()
+		}
 
 		err := c.wait(ctx, l, it)
 		switch {
@@ -409,6 +416,9 @@ func (c *committer) lead(ctx context.Context, l *Leaser, it *commitItem) {
 		last := g.items[len(g.items)-1].lease.number
 		more := c.takeAfter(last, l.maxGroup-len(g.items), g, false)
 		l.commitReady(more)
+	}
+	if !it.arrived {
+		l.arrive()
 	}
 	r := l.sendGroup(ctx, g)
 	x := it.lease
