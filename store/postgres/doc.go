@@ -53,11 +53,13 @@
 // of every transaction that issued one, cluster-wide, through each
 // commit's WAL flush. The Store collects what committed and notices it to
 // the other processes' listeners after the commit, in one statement with
-// synchronous_commit off, one notice per stream for all collected since
-// the last: "t<TAB>stream<TAB>n" (every number up to n resolved, after an
-// ordered commit of n) or "r<TAB>stream<TAB>list" (numbers and ranges). A
+// synchronous_commit off: a record per stream for all collected since the
+// last, "t<TAB>stream<TAB>n" (every number up to n resolved, after an
+// ordered commit of n) or "r<TAB>stream<TAB>list" (numbers and ranges),
+// packed into as few notices as fit, each headed by the Store's id. A
 // goroutine of the running Watch sends them; without a Watch the resolving
-// call does, before it returns (notice.go).
+// call does, before it returns. The Store's own Watch hears of its
+// resolutions in process and skips its own notices (notice.go).
 //
 // # Moving expired work
 //
