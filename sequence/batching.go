@@ -41,6 +41,11 @@ const maxCommitBatch = 1000
 type group struct {
 	items []*commitItem
 	tx    txFunc // the function type of its CommitTx items, if any
+	// run says a committer's leader took it and completes every item in
+	// it when the engine answers (lead): only then may the engine add the
+	// commits parked since (extend). A commit sent alone (commitOne) is
+	// no run.
+	run bool
 }
 
 // groupResult is the outcome of a group: each item's, or err for all (the
@@ -100,12 +105,12 @@ func (l *Leaser) newCommitEngine(send func(ctx context.Context, groups []*group)
 	})
 }
 
-// extend adds to each run of ordered commits of groups the consecutive
-// commits of its stream parked since it was taken, up to Config.MaxGroup.
+// extend adds to each run of groups (group.run) the consecutive commits of
+// its stream parked since it was taken, up to Config.MaxGroup.
 func (l *Leaser) extend(groups []*group) {
 	for _, g := range groups {
 		first := g.items[0]
-		if !first.ordered || len(g.items) >= l.maxGroup {
+		if !g.run || len(g.items) >= l.maxGroup {
 			continue
 		}
 		last := g.items[len(g.items)-1].lease.number

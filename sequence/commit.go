@@ -449,7 +449,7 @@ func (c *committer) take(it *commitItem, max int) *group {
 		return nil
 	}
 	delete(c.parked, n)
-	g := &group{items: []*commitItem{it}, tx: it.fn}
+	g := &group{items: []*commitItem{it}, tx: it.fn, run: true}
 	c.takeAfterLocked(n, max-1, g, false)
 	return g
 }

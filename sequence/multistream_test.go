@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/postgres"
 )
 
 // gatedStore records the LeaseMulti and CommitMulti calls that reach the
@@ -241,4 +244,37 @@ func TestBadInputNeverJoinsABatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestACommitSentAloneTakesNoParkedCommitAlong: a CommitTx whose lease is
+// over by the holder's local estimate goes to the database alone, through
+// the engine of its transaction type; the commit parked behind it must not
+// be taken along into a run that nobody completes (it hung forever), and
+// commits once its turn comes.
+func TestACommitSentAloneTakesNoParkedCommitAlong(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Shared(t, false)
+	pg, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(t, pool)})
+	require.NoError(t, err)
+	w := &countingWaiter{Waiter: startBarrier(t, pg), calls: map[int64]int{}}
+	l, err := sequence.New(pg, &sequence.Config{Barrier: w, Margin: 300 * time.Millisecond})
+	require.NoError(t, err)
+	ctx := context.Background()
+	first, err := l.Lease(ctx, "alone", &sequence.LeaseOpts{TTL: 2 * time.Second})
+	require.NoError(t, err)
+	second, err := l.Lease(ctx, "alone", &sequence.LeaseOpts{TTL: time.Minute})
+	require.NoError(t, err)
+	parked := commitAsync(second)
+	waitParked(t, w, 2, 1)
+	wait(t, first.Done(), "the first lease's local deadline")
+	require.ErrorIs(t, first.Err(), sequence.ErrExpired)
+	// Over by the local estimate, live by the database's clock for another
+	// 300 ms: the database decides, and commits it.
+	err = sequence.CommitTx(ctx, first, []byte("first"), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err
+	})
+	require.NoError(t, err)
+	require.NoError(t, receive(t, parked, "the parked commit of 2"))
+	requireOrderedLedger(t, readAll(t, pg, "alone"), 2)
 }

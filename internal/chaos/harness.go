@@ -282,12 +282,20 @@ func (p *Proc) Stats() WorkerStats {
 
 // Shutdown stops the worker gracefully (it closes its stdin) and waits for
 // it: it must exit with status 0 (a data race found by -race, a leaked
-// goroutine or an error fails it). If ctx ends first the process is killed.
+// goroutine or an error fails it). If ctx ends first the process dumps its
+// goroutines (SIGQUIT) and is killed.
 func (p *Proc) Shutdown(ctx context.Context) error {
 	_ = p.stdin.Close()
 	select {
 	case <-p.exited:
 	case <-ctx.Done():
+		// SIGQUIT first: the worker's goroutines are dumped to its standard
+		// error, which says where it hung.
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.exited:
+		case <-time.After(2 * time.Second):
+		}
 		p.Kill()
 		return fmt.Errorf("chaos: worker %d did not stop: %w", p.ID, ctx.Err())
 	}
