@@ -413,7 +413,9 @@ func TestAcquireTimeout(t *testing.T) {
 		bob := newManager(t, b.open(t), &lease.Config{Owner: "bob", PollInterval: 20 * time.Millisecond})
 		l, err := alice.TryAcquire(ctx, t.Name(), &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
-		_, err = bob.Acquire(ctx, t.Name(), &lease.AcquireOpts{Timeout: 100 * time.Millisecond})
+		// Long enough for the first attempt to find the name held on a
+		// loaded machine (100 ms was not, under make test).
+		_, err = bob.Acquire(ctx, t.Name(), &lease.AcquireOpts{Timeout: time.Second})
 		require.ErrorIs(t, err, lease.ErrTimeout)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		var held *lease.HeldError

@@ -341,13 +341,7 @@ func TestNamedLeasesLinearizable(t *testing.T) {
 		t.Parallel()
 		s := memory.New(nil)
 		managers := []*lease.Manager{newLinManager(t, s, "p1"), newLinManager(t, s, "p2")}
-		r, counts := linWorkload(t, managers, 4, 2*time.Second, 1000, true)
-		history := r.history()
-		start := time.Now()
-		require.Equal(t, porcupine.Ok, checkLinearizable(t, history, true))
-		t.Logf("%d operations %v checked in %v", len(history), counts, time.Since(start).Round(time.Millisecond))
-		require.Positive(t, counts["acquired"])
-		require.Positive(t, counts["held"])
+		runLinearizable(t, func() (*recorder, map[string]int) { return linWorkload(t, managers, 4, 2*time.Second, 1000, true) })
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
@@ -361,14 +355,30 @@ func TestNamedLeasesLinearizable(t *testing.T) {
 			require.NoError(t, err)
 			managers = append(managers, newLinManager(t, s, owner))
 		}
-		r, counts := linWorkload(t, managers, 4, 3*time.Second, 1000, true)
+		runLinearizable(t, func() (*recorder, map[string]int) { return linWorkload(t, managers, 4, 3*time.Second, 1000, true) })
+	})
+}
+
+// runLinearizable runs a workload and checks its history. A check that
+// cannot decide in its time (porcupine.Unknown: on a loaded machine the
+// operations overlap more, and unknown outcomes multiply the orders to
+// try) is no verdict: the workload runs again, once, on the same names.
+func runLinearizable(t *testing.T, workload func() (*recorder, map[string]int)) {
+	t.Helper()
+	for try := 1; ; try++ {
+		r, counts := workload()
 		history := r.history()
 		start := time.Now()
-		require.Equal(t, porcupine.Ok, checkLinearizable(t, history, true))
-		t.Logf("%d operations %v checked in %v", len(history), counts, time.Since(start).Round(time.Millisecond))
+		res := checkLinearizable(t, history, true)
+		t.Logf("%d operations %v checked in %v: %v", len(history), counts, time.Since(start).Round(time.Millisecond), res)
+		if res == porcupine.Unknown && try < 2 {
+			continue
+		}
+		require.Equal(t, porcupine.Ok, res)
 		require.Positive(t, counts["acquired"])
 		require.Positive(t, counts["held"])
-	})
+		return
+	}
 }
 
 // doubleGrant is a backend that breaks mutual exclusion: one refused acquire
