@@ -73,11 +73,13 @@ func skewScenario(t *testing.T, skew time.Duration) {
 	require.LessOrEqual(t, x.Remaining(), 2*time.Second)
 	commit(x, "within the TTL")
 
-	// Kept alive for three TTLs, it is still held and commits.
-	x, err = l.Lease(ctx, stream, &sequence.LeaseOpts{TTL: 300 * time.Millisecond})
+	// Kept alive for three TTLs, it is still held and commits. (With a
+	// 300 ms TTL a renewal had 90 ms to come back, which a loaded
+	// machine's make test missed.)
+	x, err = l.Lease(ctx, stream, &sequence.LeaseOpts{TTL: time.Second})
 	require.NoError(t, err)
 	require.NoError(t, x.KeepAlive(nil))
-	time.Sleep(time.Second)
+	time.Sleep(3 * time.Second)
 	require.NoError(t, x.Err())
 	commit(x, "kept alive")
 
