@@ -162,10 +162,11 @@ func TestWaitersAcrossProcessesGoFirstComeFirstServed(t *testing.T) {
 	})
 }
 
-// apart waits until the backend's clock moved 5 ms on, so that the acquires
-// before and after were asked further apart than the tickets' precision
-// (the waiters' times are estimated from the backend's clock readings, to
-// within about a round trip).
+// apart waits until the backend's clock moved 100 ms on, so that the
+// acquires before and after were asked further apart than the tickets'
+// precision (the waiters' times are estimated from the backend's clock
+// readings, to within about a round trip: a few milliseconds, but tens on
+// a machine loaded by make test, where 5 ms was seen to reorder them).
 func apart(t *testing.T, s lease.Store) {
 	t.Helper()
 	from, err := s.Now(t.Context())
@@ -173,7 +174,7 @@ func apart(t *testing.T, s lease.Store) {
 	for {
 		now, err := s.Now(t.Context())
 		require.NoError(t, err)
-		if now.Sub(from) >= 5*time.Millisecond {
+		if now.Sub(from) >= 100*time.Millisecond {
 			return
 		}
 		time.Sleep(time.Millisecond)
