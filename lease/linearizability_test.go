@@ -339,34 +339,38 @@ func TestNamedLeasesLinearizable(t *testing.T) {
 	t.Parallel()
 	t.Run("memory", func(t *testing.T) {
 		t.Parallel()
-		s := memory.New(nil)
-		managers := []*lease.Manager{newLinManager(t, s, "p1"), newLinManager(t, s, "p2")}
-		runLinearizable(t, func() (*recorder, map[string]int) { return linWorkload(t, managers, 4, 2*time.Second, 1000, true) })
+		runLinearizable(t, 2*time.Second, func() []*lease.Manager {
+			s := memory.New(nil)
+			return []*lease.Manager{newLinManager(t, s, "p1"), newLinManager(t, s, "p2")}
+		})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		schema := pgtest.NewSchema(t, pgtest.Shared(t, false))
-		var managers []*lease.Manager
-		for _, owner := range []string{"p1", "p2"} {
-			pool, err := pgtest.NewPool(t.Context(), &pgtest.Options{MaxConns: 4})
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
-			s, err := postgres.New(pool, &postgres.Config{Schema: schema})
-			require.NoError(t, err)
-			managers = append(managers, newLinManager(t, s, owner))
-		}
-		runLinearizable(t, func() (*recorder, map[string]int) { return linWorkload(t, managers, 4, 3*time.Second, 1000, true) })
+		runLinearizable(t, 3*time.Second, func() []*lease.Manager {
+			schema := pgtest.NewSchema(t, pgtest.Shared(t, false))
+			var managers []*lease.Manager
+			for _, owner := range []string{"p1", "p2"} {
+				pool, err := pgtest.NewPool(t.Context(), &pgtest.Options{MaxConns: 4})
+				require.NoError(t, err)
+				t.Cleanup(pool.Close)
+				s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+				require.NoError(t, err)
+				managers = append(managers, newLinManager(t, s, owner))
+			}
+			return managers
+		})
 	})
 }
 
-// runLinearizable runs a workload and checks its history. A check that
-// cannot decide in its time (porcupine.Unknown: on a loaded machine the
-// operations overlap more, and unknown outcomes multiply the orders to
-// try) is no verdict: the workload runs again, once, on the same names.
-func runLinearizable(t *testing.T, workload func() (*recorder, map[string]int)) {
+// runLinearizable runs the workload for d on the Managers open returns, on a
+// fresh store, and checks its history. A check that cannot decide in its
+// time (porcupine.Unknown: on a loaded machine the operations overlap more,
+// and unknown outcomes multiply the orders to try) is no verdict: the
+// workload runs again, once, on a fresh store.
+func runLinearizable(t *testing.T, d time.Duration, open func() []*lease.Manager) {
 	t.Helper()
 	for try := 1; ; try++ {
-		r, counts := workload()
+		r, counts := linWorkload(t, open(), 4, d, 1000, true)
 		history := r.history()
 		start := time.Now()
 		res := checkLinearizable(t, history, true)
