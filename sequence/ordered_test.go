@@ -455,8 +455,7 @@ func key(es []store.Entry) []string {
 type countingStore struct {
 	fullStore
 	leaseCalls, leased, commitCalls, committed atomic.Int64
-	streams                                    sync.Map // streams seen together in one call
-	multiStream                                atomic.Int64
+	multiStream                                atomic.Int64 // commit batches of more than one stream
 }
 
 func (c *countingStore) Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error) {
