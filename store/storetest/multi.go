@@ -288,19 +288,7 @@ func testCommitMulti(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("the watchers hear of the items that committed, and of nothing else", func(t *testing.T) {
 		b := setup(t, newStore)
 		sa, sb := b.stream("a"), b.stream("b")
-		sinkA := &recordingSink{resets: make(chan struct{}, 1), seen: map[int64]int{}, stream: sa, got: make(chan int64, 100)}
-		sinkB := &recordingSink{resets: make(chan struct{}, 1), seen: map[int64]int{}, stream: sb, got: make(chan int64, 100)}
-		ctx, cancel := context.WithCancel(b.ctx)
-		var wg sync.WaitGroup
-		for _, sink := range []*recordingSink{sinkA, sinkB} {
-			wg.Go(func() { _ = b.s.Watch(ctx, sink) })
-			select {
-			case <-sink.resets:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Watch did not start")
-			}
-		}
-		defer func() { cancel(); wg.Wait() }()
+		sinkA, sinkB := b.watch(t, sa), b.watch(t, sb)
 		a := b.lease(sa, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"), req(time.Minute, "4"))
 		bs := b.lease(sb, 0, req(time.Minute, "1"), req(time.Minute, "2"))
 		foreign := item(a[2], true)
@@ -402,12 +390,7 @@ func testInProcess(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("watchers hear of a resolution before the call that made it returns", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.stream("")
-		sink := &recordingSink{resets: make(chan struct{}, 1), seen: map[int64]int{}, stream: s, got: make(chan int64, 100)}
-		ctx, cancel := context.WithCancel(b.ctx)
-		done := make(chan error, 1)
-		go func() { done <- b.s.Watch(ctx, sink) }()
-		defer func() { cancel(); <-done }()
-		<-sink.resets
+		sink := b.watch(t, s)
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"))
 		b.commit(es[0], time.Second, nil)
 		b.release(es[1], time.Second)

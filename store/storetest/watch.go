@@ -152,23 +152,32 @@ func (r *recordingSink) Reset() {
 	}
 }
 
+// watch starts a Watch whose sink records stream's resolutions and returns
+// the sink once the Watch listens (its first Reset). The Watch ends with the
+// test, and must then return context.Canceled.
+func (b *bundle) watch(t *testing.T, stream string) *recordingSink {
+	t.Helper()
+	sink := &recordingSink{resets: make(chan struct{}, 1), seen: map[int64]int{}, stream: stream, got: make(chan int64, 100)}
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.s.Watch(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+	})
+	select {
+	case <-sink.resets:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Watch did not call Reset when it started listening")
+	}
+	return sink
+}
+
 func testWatch(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("reports exactly the resolutions that took effect", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.stream("")
-		sink := &recordingSink{resets: make(chan struct{}, 1), seen: map[int64]int{}, stream: s, got: make(chan int64, 100)}
-		ctx, cancel := context.WithCancel(b.ctx)
-		done := make(chan error, 1)
-		go func() { done <- b.s.Watch(ctx, sink) }()
-		defer func() {
-			cancel()
-			require.ErrorIs(t, <-done, context.Canceled)
-		}()
-		select {
-		case <-sink.resets:
-		case <-time.After(10 * time.Second):
-			t.Fatal("Watch did not call Reset when it started listening")
-		}
+		sink := b.watch(t, s)
 
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Second, "3"),
 			req(time.Minute, "4"), req(time.Minute, "5"), req(time.Minute, "6"), req(time.Minute, "7"))
