@@ -224,14 +224,16 @@ func (s *Store) noticeCommits(ctx context.Context, items []store.StreamCommit, s
 			through[it.Stream] = max(through[it.Stream], it.Number)
 		}
 	}
+	var rs []resolution
 	for _, i := range committed {
 		if it := items[i]; !it.Ordered && it.Number > through[it.Stream] {
-			s.notes.add(it.Stream, 0, it.Number)
+			rs = append(rs, resolution{it.Stream, 0, []int64{it.Number}})
 		}
 	}
 	for stream, n := range through {
-		s.notes.add(stream, n)
+		rs = append(rs, resolution{stream, n, nil})
 	}
+	s.notes.add(rs...)
 	s.notes.flush(ctx)
 }
 

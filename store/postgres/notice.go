@@ -98,33 +98,56 @@ func (n *notices) inTx() bool {
 
 // resolved records that the numbers of stream were resolved by a
 // transaction that committed, and that every number up to through was
-// (0: nothing more), and sends the notices or has them sent (flush).
+// (0: nothing more), and sends the notices or has them sent.
 func (n *notices) resolved(ctx context.Context, stream string, through int64, numbers ...int64) {
-	n.add(stream, through, numbers...)
+	n.add(resolution{stream, through, numbers})
 	n.flush(ctx)
 }
 
-// add records resolutions as resolved does, and tells the Store's own
-// watchers, without sending anything.
-func (n *notices) add(stream string, through int64, numbers ...int64) {
+// resolution is what one stream had resolved by a transaction that
+// committed: every number up to through (0: nothing more), and numbers.
+type resolution struct {
+	stream  string
+	through int64
+	numbers []int64
+}
+
+// add records resolutions, wakes the sender of a Watch that serves, and
+// tells the Store's own watchers; flush then has them sent.
+func (n *notices) add(rs ...resolution) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.addLocked(stream, through, numbers)
+	for _, r := range rs {
+		n.addLocked(r.stream, r.through, r.numbers)
+	}
 	if n.inTx() {
 		return // not committed yet: the caller's transaction decides
 	}
-	for _, sink := range n.sinks {
-		if through > 0 {
-			sink.ResolvedThrough(stream, through)
+	// The sender is woken before the watchers: of two goroutines readied
+	// in a row, Go runs the later first, and a commit parked behind this
+	// resolution should not wait for the notices statement to be written
+	// (it waited 50 µs at the median, where it waits 5 without).
+	if n.serving > 0 {
+		select {
+		case n.wake <- struct{}{}:
+		default: // a send is due already
 		}
-		for _, num := range numbers {
-			sink.Resolved(stream, num)
+	}
+	for _, sink := range n.sinks {
+		for _, r := range rs {
+			if r.through > 0 {
+				sink.ResolvedThrough(r.stream, r.through)
+			}
+			for _, num := range r.numbers {
+				sink.Resolved(r.stream, num)
+			}
 		}
 	}
 }
 
 // flush has what was collected sent: in the background while a Watch
-// serves, else now, with ctx (the resolving call's).
+// serves (add woke its sender already, unless the Watch began since), else
+// now, with ctx (the resolving call's).
 func (n *notices) flush(ctx context.Context) {
 	n.mu.Lock()
 	serving := n.serving > 0
