@@ -34,8 +34,11 @@ func TestClockExpiresLeases(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, res.Expired, "nothing expired before the clock moved")
 
+	done := x.Done()
 	st.Clock.Advance(time.Minute)
 	require.True(t, x.IsExpired(), "the Leaser reads the Clock")
+	require.ErrorIs(t, x.Err(), sequence.ErrExpired)
+	<-done // closed by Err, not by a timer (that runs on real time)
 	require.ErrorIs(t, x.Commit(ctx, []byte("late")), sequence.ErrExpired)
 
 	res, err = st.RunCleanup(ctx)
