@@ -47,4 +47,6 @@
 // unresolved entries, with their holders and expiries, that hold a
 // watermark back). Drain waits, bounded by its context, until every number
 // handed out so far is resolved, and fails the same way when it is not.
+// They use only the Stack's Store (and Drain its Barrier), so a literal
+// &Stack{Store: st} over a stack your own code wired serves as well.
 package seqleasetest

@@ -52,6 +52,12 @@ type Config struct {
 // Stack is a ready seqlease stack: a store, a started Barrier, a Leaser that
 // commits through it, and a cleanup Service that is not started (a test runs
 // its cycles with RunCleanup, one at a time).
+//
+// Each method uses only the parts it needs: the Require helpers and Expire
+// the Store, Drain the Store and the Barrier, RunCleanup the Cleanup
+// Service. So a Stack literal over parts wired by your own code, such as
+// &Stack{Store: st}, serves for the assertions too; Stop stops the parts
+// that are set.
 type Stack struct {
 	Store   Store
 	Clock   *Clock // nil unless Config.Clock was set or the stack made its memory store
@@ -126,8 +132,12 @@ func New(cfg *Config) (*Stack, error) {
 // Stop stops the cleanup Service (if the test started it) and the Barrier,
 // and waits for their goroutines. It is safe twice.
 func (s *Stack) Stop() {
-	s.Cleanup.Stop()
-	s.Barrier.Stop()
+	if s.Cleanup != nil {
+		s.Cleanup.Stop()
+	}
+	if s.Barrier != nil {
+		s.Barrier.Stop()
+	}
 }
 
 // RunCleanup runs exactly one full cleanup cycle now, in the caller's

@@ -188,3 +188,25 @@ func TestNew(t *testing.T) {
 	st.Stop()
 	st.Stop()
 }
+
+// TestStackLiteral: the assertions work on a Stack literal over a store
+// wired elsewhere, and Stop stops only the parts that are set.
+func TestStackLiteral(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	backend := memory.New(nil)
+	leaser, err := sequence.New(backend, nil)
+	require.NoError(t, err)
+	x, err := leaser.Lease(ctx, "s", nil)
+	require.NoError(t, err)
+	require.NoError(t, x.Complete(ctx, []byte("p")))
+
+	st := &seqleasetest.Stack{Store: backend}
+	tb := &fakeTB{}
+	st.RequireCommitted(tb, "s", 1, []byte("p"))
+	st.RequireAllResolved(tb, "s")
+	tb.requirePassed(t)
+	st.RequireGap(tb, "s", 1)
+	tb.requireFailed(t, `the entry is committed with payload "p", want a gap`)
+	st.Stop()
+}
