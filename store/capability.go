@@ -22,6 +22,7 @@ import (
 //	MultiCommitter  yes           yes             sequence: ready commits of many streams in one transaction
 //	TxCommitter[T]  -             yes (pgx.Tx)    sequence.CommitTx: the caller's writes in the committing transaction
 //	EarlyAcquirer   -             yes             lease: the next acquire batch is sent while this one's commit is flushed
+//	Appender        yes           yes             sequence.Leaser.Append: entries born committed, in one statement
 
 // InProcess is implemented by a backend that answers in process, without a
 // round trip (store/memory), and that reports every resolution to its
@@ -185,4 +186,61 @@ func ValidateCommitMulti(items []StreamCommit) (errs []error, err error) {
 		last[it.Stream] = max(last[it.Stream], it.Number)
 	}
 	return errs, nil
+}
+
+// AppendRequest is one entry of Appender.Append: it is born committed with
+// Payload, under the operation id and kind given.
+type AppendRequest struct {
+	OperationID string
+	Kind        string
+	Payload     []byte
+}
+
+// AppendParams are the options of Append. A nil pointer means the
+// defaults.
+type AppendParams struct {
+	Owner string     // recorded on every appended entry
+	Now   *time.Time // pins the backend's clock; nil uses its now
+}
+
+// Appender is implemented by a backend that appends committed entries to
+// a stream in one atomic step (on PostgreSQL, one statement): an outbox
+// write, with no lease window. It is not an ordered commit: numbers below
+// the appended ones may still be leased by others, and readers still read
+// only up to the watermark.
+type Appender interface {
+	// Append takes the next len(reqs) consecutive numbers of stream
+	// (creating the stream on first use) and commits them with the
+	// requests' payloads, all at once: entry i has number base+i+1 for
+	// reqs[i], state committed, a fresh token, and LeasedAt, ExpiresAt and
+	// ResolvedAt all the backend's now. A failed call appends nothing:
+	// numbers stay dense (I1). Bad input (see ValidateAppend) changes
+	// nothing.
+	Append(ctx context.Context, stream string, reqs []AppendRequest, p *AppendParams) ([]Entry, error)
+}
+
+// ValidateAppend checks an Append call: a valid stream, 1..MaxBatch
+// requests with valid operation ids and kinds, and a valid owner. Payload
+// sizes are the caller's limit to enforce (sequence's Config.MaxPayload).
+func ValidateAppend(stream string, reqs []AppendRequest, p *AppendParams) error {
+	if err := ValidateStream(stream); err != nil {
+		return err
+	}
+	if len(reqs) == 0 || len(reqs) > MaxBatch {
+		return fmt.Errorf("%w: %d entries, must be 1..%d", ErrInvalidCount, len(reqs), MaxBatch)
+	}
+	if p != nil {
+		if err := ValidateText("owner", p.Owner); err != nil {
+			return err
+		}
+	}
+	for i := range reqs {
+		if err := ValidateText("operation id", reqs[i].OperationID); err != nil {
+			return err
+		}
+		if err := ValidateText("kind", reqs[i].Kind); err != nil {
+			return err
+		}
+	}
+	return nil
 }

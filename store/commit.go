@@ -11,11 +11,6 @@ import (
 // tries again.
 var ErrNotReady = errors.New("seqlease: earlier numbers are unresolved")
 
-// ErrUnsupported reports an operation the backend cannot do, such as running
-// a PostgreSQL transaction function on the memory backend (which is not a
-// TxCommitter).
-var ErrUnsupported = errors.New("seqlease: not supported by this backend")
-
 // CommitItem is one commit of a batch.
 type CommitItem struct {
 	Number  int64

@@ -20,6 +20,7 @@
 //	MultiCommitter  commits of many streams in one transaction (memory, PostgreSQL)
 //	TxCommitter[T]  the caller's function in the committing transaction (PostgreSQL, pgx.Tx)
 //	EarlyAcquirer   an acquire batch decided before it is durable (PostgreSQL)
+//	Appender        entries born committed, numbers and payloads in one step (memory, PostgreSQL)
 //
 // The conformance suite checks each capability on every backend that has
 // it. A wrapper that embeds a backend gets its capabilities too: it must

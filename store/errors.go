@@ -49,6 +49,13 @@ var (
 	ErrGap = errors.New("seqlease: entry is a gap")
 	// ErrNotExpired reports a ResolveExpired on a lease that is still live.
 	ErrNotExpired = errors.New("seqlease: lease not expired")
+
+	// ErrUnsupported reports an operation the store cannot do: running a
+	// PostgreSQL transaction function on the memory backend (which is no
+	// TxCommitter), watching from a Store bound to the caller's
+	// transaction, appending on a store that is no Appender. It changes
+	// nothing; the same call on a store that can do it may succeed.
+	ErrUnsupported = errors.New("seqlease: not supported by this store")
 )
 
 // invalidError is an input error: it matches its own sentinel and

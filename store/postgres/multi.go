@@ -169,8 +169,9 @@ func (s *Store) CommitMulti(ctx context.Context, items []store.StreamCommit, p *
 	}
 	br := s.db.SendBatch(ctx, b)
 	var refused []int
+	var xid int64
 	for _, i := range send {
-		err := br.QueryRow().Scan(&out[i].ResolvedAt)
+		err := br.QueryRow().Scan(&out[i].ResolvedAt, &xid)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			refused = append(refused, i)
@@ -182,6 +183,7 @@ func (s *Store) CommitMulti(ctx context.Context, items []store.StreamCommit, p *
 	if err := br.Close(); err != nil {
 		return nil, interpretError("commit multi", err)
 	}
+	s.notes.sawXact(xid)
 	s.noticeCommits(ctx, items, send, refused)
 	for _, i := range refused {
 		it := items[i]
@@ -227,11 +229,11 @@ func (s *Store) noticeCommits(ctx context.Context, items []store.StreamCommit, s
 	var rs []resolution
 	for _, i := range committed {
 		if it := items[i]; !it.Ordered && it.Number > through[it.Stream] {
-			rs = append(rs, resolution{it.Stream, 0, []int64{it.Number}})
+			rs = append(rs, resolution{stream: it.Stream, numbers: []int64{it.Number}})
 		}
 	}
 	for stream, n := range through {
-		rs = append(rs, resolution{stream, n, nil})
+		rs = append(rs, resolution{stream: stream, through: n})
 	}
 	s.notes.add(rs...)
 	s.notes.flush(ctx)
@@ -302,7 +304,8 @@ func (s *Store) commitInTx(ctx context.Context, tx pgx.Tx, it store.TxCommit[pgx
 	if err != nil {
 		return false, err
 	}
-	err = sp.QueryRow(ctx, s.q.commit, it.Stream, it.Number, uuid(it.Token), it.Payload, p.Now, it.Ordered).Scan(&out.ResolvedAt)
+	var xid int64
+	err = sp.QueryRow(ctx, s.q.commit, it.Stream, it.Number, uuid(it.Token), it.Payload, p.Now, it.Ordered).Scan(&out.ResolvedAt, &xid)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if err := sp.Rollback(ctx); err != nil {
@@ -316,6 +319,7 @@ func (s *Store) commitInTx(ctx context.Context, tx pgx.Tx, it store.TxCommit[pgx
 	case err != nil:
 		return false, err
 	}
+	s.notes.sawXact(xid)
 	if it.Func != nil {
 		if ferr := it.Func(ctx, sp); ferr != nil {
 			if err := sp.Rollback(ctx); err != nil {

@@ -1065,6 +1065,9 @@ func parseWaiter(rest string) (store.LeaseWaiter, bool) {
 // errors are retried with exponential backoff (up to a 30 s pause). It needs
 // a DB that can hand out a connection (*pgxpool.Pool).
 func (s *Store) WatchLeases(ctx context.Context, sink store.LeaseSink) error {
+	if s.notes.inTx() {
+		return s.errInTx("watch leases")
+	}
 	pool, ok := s.db.(interface {
 		Acquire(ctx context.Context) (*pgxpool.Conn, error)
 	})

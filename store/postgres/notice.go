@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/seqlease/seqlease/store"
 )
@@ -43,10 +43,12 @@ import (
 // a Watch of the Store runs, a goroutine of the Watch sends what was
 // collected as soon as the previous statement returned, so that resolving
 // calls do not wait for it. Without a Watch, the resolving call sends before
-// it returns. On a Store over a caller's transaction (the DB is a pgx.Tx),
-// the notices go in that transaction, which delivers them if and when it
-// commits, and nothing is heard in process (the transaction may yet roll
-// back). A statement that fails puts its notices back, to go with the next
+// it returns. A Store in a caller's transaction (InTx, or New
+// on a pgx.Tx) hears nothing in process (the transaction may yet roll
+// back); what it resolved is noticed once the transaction commits: by
+// the root Store's running Watch, to which it hands its resolutions
+// (tx.go), or, without one, by notices sent in that transaction, which
+// PostgreSQL delivers if and when it commits. A statement that fails puts its notices back, to go with the next
 // one. A notice lost for good (the process crashed between the commit and
 // the notice) only delays the other processes' wake-ups until their safety
 // poll re-reads the stream; a listener that reconnects re-reads everything
@@ -71,11 +73,22 @@ type notices struct {
 	id     string     // this Store's, in every payload it sends
 	sendMu sync.Mutex // one statement at a time: a stream's notices go out in order
 
+	// Of a Store in a caller's transaction (InTx): the root's notices,
+	// which confirm what this one hands over (tx.go), and the
+	// transaction's id once known (0: not yet).
+	root *notices
+	xid  atomic.Int64
+
 	mu      sync.Mutex
 	pending map[string]*streamNotice
 	sinks   []store.Sink  // the running Watch calls' (each a registration of its own)
 	serving int           // Watch calls that send in the background
 	wake    chan struct{} // capacity 1: something was collected
+
+	// Of a root Store: what Stores in callers' transactions handed over,
+	// by transaction id, until their fate is known (tx.go).
+	awaited   map[int64]*awaitedTx
+	awaitWake chan struct{} // capacity 1: something was handed over
 }
 
 // streamNotice is what was collected for one stream.
@@ -87,29 +100,26 @@ type streamNotice struct {
 
 func newNotices(s *Store) *notices {
 	tok := store.NewToken()
-	return &notices{s: s, id: hex.EncodeToString(tok[:idLen/2]), pending: map[string]*streamNotice{}, wake: make(chan struct{}, 1)}
-}
-
-// inTx reports whether the Store runs in a caller's transaction.
-func (n *notices) inTx() bool {
-	_, ok := n.s.db.(pgx.Tx)
-	return ok
+	return &notices{s: s, id: hex.EncodeToString(tok[:idLen/2]), pending: map[string]*streamNotice{}, wake: make(chan struct{}, 1),
+		awaited: map[int64]*awaitedTx{}, awaitWake: make(chan struct{}, 1)}
 }
 
 // resolved records that the numbers of stream were resolved by a
 // transaction that committed, and that every number up to through was
 // (0: nothing more), and sends the notices or has them sent.
 func (n *notices) resolved(ctx context.Context, stream string, through int64, numbers ...int64) {
-	n.add(resolution{stream, through, numbers})
+	n.add(resolution{stream: stream, through: through, numbers: numbers})
 	n.flush(ctx)
 }
 
 // resolution is what one stream had resolved by a transaction that
-// committed: every number up to through (0: nothing more), and numbers.
+// committed: every number up to through (0: nothing more), and numbers;
+// with reread, more than could be listed (the stream is to be re-read).
 type resolution struct {
 	stream  string
 	through int64
 	numbers []int64
+	reread  bool
 }
 
 // add records resolutions, wakes the sender of a Watch that serves, and
@@ -119,6 +129,9 @@ func (n *notices) add(rs ...resolution) {
 	defer n.mu.Unlock()
 	for _, r := range rs {
 		n.addLocked(r.stream, r.through, r.numbers)
+		if r.reread {
+			n.pending[r.stream].numbers, n.pending[r.stream].reread = nil, true
+		}
 	}
 	if n.inTx() {
 		return // not committed yet: the caller's transaction decides
@@ -135,6 +148,9 @@ func (n *notices) add(rs ...resolution) {
 	}
 	for _, sink := range n.sinks {
 		for _, r := range rs {
+			if r.reread {
+				sink.Reset()
+			}
 			if r.through > 0 {
 				sink.ResolvedThrough(r.stream, r.through)
 			}
@@ -149,10 +165,18 @@ func (n *notices) add(rs ...resolution) {
 // serves (add woke its sender already, unless the Watch began since), else
 // now, with ctx (the resolving call's).
 func (n *notices) flush(ctx context.Context) {
+	if n.inTx() {
+		// Not committed yet: hand over to the root's Watch, which notices
+		// what committed, or else notify in the transaction (tx.go).
+		if !n.handOff(ctx) {
+			n.send(ctx)
+		}
+		return
+	}
 	n.mu.Lock()
 	serving := n.serving > 0
 	n.mu.Unlock()
-	if serving && !n.inTx() {
+	if serving {
 		select {
 		case n.wake <- struct{}{}:
 		default: // a send is due already

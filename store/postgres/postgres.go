@@ -50,6 +50,7 @@ type Store struct {
 	logger  *slog.Logger
 	decided decidedSetup // see queryDecided
 	notes   *notices     // notice.go
+	root    *Store       // of a Store in a caller's transaction (InTx); nil otherwise
 }
 
 // New returns a Store on db. It validates the schema name but does not touch
@@ -120,8 +121,10 @@ func (s *Store) Commit(ctx context.Context, stream string, number int64, token s
 	}
 	for range maxAttempts {
 		var resolvedAt time.Time
-		err := s.db.QueryRow(ctx, s.q.commit, stream, number, uuid(token), p.Payload, p.Now, p.Ordered).Scan(&resolvedAt)
+		var xid int64
+		err := s.db.QueryRow(ctx, s.q.commit, stream, number, uuid(token), p.Payload, p.Now, p.Ordered).Scan(&resolvedAt, &xid)
 		if err == nil {
+			s.notes.sawXact(xid)
 			s.committed(ctx, stream, number, p.Ordered)
 			return resolvedAt, nil
 		}

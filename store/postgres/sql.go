@@ -18,6 +18,7 @@ type queries struct {
 	fillProbe, trim, recoverExpired              string
 	resolveExpiredBatch, streams                 string
 	recoverExpiredBatch, probeBatch              string
+	appendEntries, xactID, confirm               string
 }
 
 // entryColumns is the column list scanEntry reads.
@@ -106,7 +107,7 @@ WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
 	AND expires_at > ` + nowf(5) + `
 	AND NOT ($6::boolean AND EXISTS (
 		SELECT 1 FROM {s}.entries o WHERE o.stream = $1 AND o.state = 'leased' AND o.number < $2))
-RETURNING resolved_at`,
+RETURNING resolved_at, pg_current_xact_id()::text::bigint`,
 
 		release: `
 UPDATE {s}.entries
@@ -213,6 +214,61 @@ WITH old AS (
 )
 SELECT gap.number, gap.recovered_as FROM gap ORDER BY gap.number`,
 
+		// Append is Lease's statement inserting committed entries: the
+		// counter row and the entries commit or abort together (dense,
+		// I1), and no other transaction ever sees the entries leased. It
+		// also returns the transaction's id (tx.go), which the insert
+		// assigned already.
+		appendEntries: `
+WITH s AS (
+	INSERT INTO {s}.streams AS s (name, last_number) VALUES ($1, $2)
+	ON CONFLICT (name) DO UPDATE SET last_number = s.last_number + EXCLUDED.last_number
+	RETURNING s.last_number
+), n AS (
+	SELECT s.last_number - $2 AS base, ` + nowf(3) + ` AS t FROM s
+), i AS (
+	INSERT INTO {s}.entries (stream, number, state, token, owner, operation_id, kind,
+		leased_at, expires_at, resolved_at, payload)
+	SELECT $1, n.base + r.ord, 'committed', r.token, $4, r.op, r.kind, n.t, n.t, n.t, r.payload
+	FROM n, unnest($5::text[], $6::text[], $7::bytea[], $8::uuid[]) WITH ORDINALITY AS r(op, kind, payload, token, ord)
+)
+SELECT n.base, n.t, pg_current_xact_id()::text::bigint FROM n`,
+
+		// The id of the caller's transaction, for a resolution whose
+		// statement did not return it (tx.go).
+		xactID: `SELECT pg_current_xact_id()::text::bigint`,
+
+		// confirm judges what Stores in callers' transactions handed over
+		// (tx.go), one row per check: the fate of its transaction ($1),
+		// whether that transaction's end is visible to this statement's
+		// snapshot (a commit is marked in the commit log a moment before
+		// it becomes visible), and, only for a transaction committed and
+		// visible, whether what it claimed holds now: every number in
+		// [$3, $4] is resolved, or, with $5, every number up to $4 is (an
+		// ordered commit of $4). A range with $4 < $3 claims nothing
+		// checkable (a stream to re-read). A savepoint rolled back inside
+		// a committed transaction fails its check; resolutions are final,
+		// so a check that holds states a fact, whoever made it true.
+		confirm: `
+WITH r AS (
+	SELECT r.*, x.xid, pg_xact_status(x.xid) AS status,
+		pg_visible_in_snapshot(x.xid, pg_current_snapshot()) AS visible
+	FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean[])
+		WITH ORDINALITY AS r(x, stream, lo, hi, thru, ord),
+		LATERAL (SELECT r.x::text::xid8 AS xid) x
+)
+SELECT r.ord, COALESCE(r.status, 'unknown'), r.visible, CASE
+	WHEN r.status IS DISTINCT FROM 'committed' OR NOT r.visible THEN false
+	WHEN r.hi < r.lo THEN true
+	WHEN r.thru THEN
+		EXISTS (SELECT 1 FROM {s}.streams s WHERE s.name = r.stream AND s.last_number >= r.hi)
+		AND NOT EXISTS (SELECT 1 FROM {s}.entries e
+			WHERE e.stream = r.stream AND e.state = 'leased' AND e.number <= r.hi)
+	ELSE (SELECT count(*) FROM {s}.entries e
+		WHERE e.stream = r.stream AND e.number BETWEEN r.lo AND r.hi AND e.state <> 'leased') = r.hi - r.lo + 1
+	END
+FROM r ORDER BY r.ord`,
+
 		// probeBatch explains the items recoverExpiredBatch did not move.
 		probeBatch: `
 SELECT number, state, gap_reason, filled_at IS NOT NULL
@@ -301,7 +357,7 @@ SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p LEFT JOIN c ON true`
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
 		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams,
-		&q.recoverExpiredBatch, &q.probeBatch} {
+		&q.recoverExpiredBatch, &q.probeBatch, &q.appendEntries, &q.confirm} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

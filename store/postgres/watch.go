@@ -91,6 +91,9 @@ func (s *Store) ReadResolved(ctx context.Context, stream string, after int64, li
 // in the background (see Notices in notice.go), and waits for that before
 // it returns.
 func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
+	if s.notes.inTx() {
+		return s.errInTx("watch")
+	}
 	pool, ok := s.db.(interface {
 		Acquire(ctx context.Context) (*pgxpool.Conn, error)
 	})
@@ -100,6 +103,7 @@ func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.notes.serve(ctx) })
+	wg.Go(func() { s.notes.confirm(ctx) }) // what Stores in callers' transactions hand over (tx.go)
 	defer s.notes.watch(sink)() // this Store's own resolutions, in process
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond

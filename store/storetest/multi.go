@@ -40,6 +40,9 @@ func capabilities(s Store) []group {
 	if ip, ok := s.(store.InProcess); ok && ip.InProcess() {
 		out = append(out, group{"InProcess", testInProcess})
 	}
+	if _, ok := s.(store.Appender); ok {
+		out = append(out, group{"Append", testAppend})
+	}
 	if _, ok := s.(Interrupter); ok {
 		out = append(out, group{"Interrupted", testInterrupted})
 	}
