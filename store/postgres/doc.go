@@ -61,6 +61,27 @@
 // call does, before it returns. The Store's own Watch hears of its
 // resolutions in process and skips its own notices (notice.go).
 //
+// # In the application's transaction
+//
+// InTx binds a Store to a pgx.Tx the application owns (tx.go): its leases,
+// commits and appends commit or roll back with the application's rows,
+// and a rollback leaves no hole, since the counter's increment rolls back
+// with the entries. Append is the outbox write: one statement takes the
+// next numbers and inserts them committed. Mind the counter row: a
+// transaction that leased or appended holds the stream's counter row
+// locked until it ends, and every other lease of that stream waits for
+// it; keep such transactions short, or spread the writers over more
+// streams. What such a transaction resolved is noticed once it commits:
+// while the root Store's Watch runs, the Store in the transaction hands
+// its resolutions over with the transaction's id, and the Watch asks
+// PostgreSQL (pg_xact_status) in one read-only statement for all the
+// transactions it awaits, noticing what committed and still holds (not
+// what a rolled-back savepoint undid) and dropping what aborted; without
+// a Watch, the notices go in the transaction, which serializes the
+// commits of the notifying transactions cluster-wide. A notice missed
+// anyway is made up for by the barrier's safety poll. Watch and
+// WatchLeases fail there with store.ErrUnsupported.
+//
 // # Moving expired work
 //
 // RecoverExpired is one statement: it locks the expired entry, takes the

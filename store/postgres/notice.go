@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	"github.com/seqlease/seqlease/store"
 )
 

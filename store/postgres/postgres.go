@@ -18,7 +18,10 @@ import (
 )
 
 // DB is what the Store needs of a connection pool: *pgxpool.Pool satisfies
-// it, and so does a wrapper that injects faults.
+// it, and so does a wrapper that injects faults. A pgx.Tx satisfies it
+// too, but a Store in the application's transaction is better had from
+// the pool's Store with InTx, which shares its statements and hands what
+// the transaction resolved to its Watch (see InTx).
 type DB interface {
 	querier
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -55,6 +58,20 @@ type Store struct {
 
 // New returns a Store on db. It validates the schema name but does not touch
 // the database.
+//
+// To lease, commit or append inside a transaction the application owns,
+// make the Store on the pool and take s.InTx(tx) in each transaction:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, "INSERT INTO orders ..."); err != nil {
+//			return err
+//		}
+//		_, err := s.InTx(tx).Append(ctx, "orders", []store.AppendRequest{{Payload: event}}, nil)
+//		return err
+//	})
+//
+// New(tx, cfg) works as well, but it prepares nothing shared and always
+// notifies inside the transaction.
 func New(db DB, cfg *Config) (*Store, error) {
 	schema := migrations.DefaultSchema
 	if cfg != nil && cfg.Schema != "" {

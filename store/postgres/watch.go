@@ -104,7 +104,7 @@ func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
 	defer wg.Wait()
 	wg.Go(func() { s.notes.serve(ctx) })
 	wg.Go(func() { s.notes.confirm(ctx) }) // what Stores in callers' transactions hand over (tx.go)
-	defer s.notes.watch(sink)() // this Store's own resolutions, in process
+	defer s.notes.watch(sink)()            // this Store's own resolutions, in process
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 30 * time.Second
