@@ -79,6 +79,12 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn txFunc) (e
 	}
 	ctx, end := l.observer.StartCommit(ctx, x.stream, x.kind, x.number, true)
 	defer func() { end(err) }()
+	if l.inTx {
+		if x.over() != nil {
+			return x.commitOver(ctx, payload, fn)
+		}
+		return x.commitInTx(ctx, payload, fn)
+	}
 	if l.commits == nil {
 		// commitAlone reads the clock only if it has to wait: a lease whose
 		// turn has come goes to the store, which judges the expiry itself.

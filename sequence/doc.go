@@ -53,6 +53,31 @@
 // (store.OneByOne: a *memory.Store), a Lease and an
 // ungrouped Commit that need not park allocate nothing but the Lease handle.
 //
+// # Appending
+//
+// Append (tx.go) writes entries born committed, one round trip for any
+// number of them (store.Appender): the outbox write, with no lease to
+// hold, expire or recover. It is not an ordered commit; readers still
+// stop at the watermark. Each call goes alone: pass many payloads in one
+// call to amortise the round trip.
+//
+// # The application's own transaction
+//
+// InTx (tx.go) returns a Leaser whose calls run in a transaction the
+// application owns, through a store bound to it (postgres.Store.InTx):
+// the application's rows and the stream's entries commit or roll back
+// together, and a rollback leaves no hole. Its calls go alone (one
+// transaction is one connection); it tells the barrier nothing, since
+// nothing is committed when a call returns (the store notices the
+// resolutions once the transaction commits); its ordered Commit asks the
+// store first, which sees the transaction's own earlier resolutions, and
+// when refused waits for the barrier or a short pause and asks again,
+// until the lease's local deadline; KeepAlive is refused
+// (store.ErrUnsupported). Use InTx when the application's transaction
+// should lease, append or commit; CommitTx when a lease held outside
+// should commit together with writes made in the committing transaction;
+// Append for outbox entries with no work between lease and commit.
+//
 // # Observing
 //
 // Config.Observer is told of every lease, commit (with its wait for earlier

@@ -6,10 +6,14 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
+	"github.com/seqlease/seqlease/store/postgres"
 )
 
 // Three workers lease numbers and finish their work in reverse order; their
@@ -121,4 +125,83 @@ func ExampleLease_Commit_retry() {
 	// <nil>
 	// <nil>
 	// seqlease: entry already committed
+}
+
+// An outbox: events are appended to a stream as entries born committed,
+// with no lease to hold. Readers follow the stream in order.
+func ExampleLeaser_Append() {
+	ctx := context.Background()
+	backend := memory.New(nil)
+	leaser, err := sequence.New(backend, nil)
+	if err != nil {
+		panic(err)
+	}
+	numbers, err := leaser.Append(ctx, "outbox", &sequence.AppendOpts{Kind: "order-placed"},
+		[]byte(`{"order":1}`), []byte(`{"order":2}`))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("appended:", numbers)
+	entries, err := backend.ReadResolved(ctx, "outbox", 0, 10)
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range entries {
+		fmt.Println(e.Number, e.State, e.Kind, string(e.Payload))
+	}
+	// Output:
+	// appended: [1 2]
+	// 1 committed order-placed {"order":1}
+	// 2 committed order-placed {"order":2}
+}
+
+// The application's own transaction: the business row and the stream's
+// entries commit together, or roll back together and leave no hole. It
+// needs PostgreSQL, so it only compiles here.
+func ExampleLeaser_InTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	pg, err := postgres.New(pool, nil)
+	if err != nil {
+		panic(err)
+	}
+	b, err := barrier.New(pg, nil) // its Watch notices what the transactions commit
+	if err != nil {
+		panic(err)
+	}
+	if err := b.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer b.Stop()
+	leaser, err := sequence.New(pg, &sequence.Config{Barrier: b})
+	if err != nil {
+		panic(err)
+	}
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO orders (id, total) VALUES ($1, $2)", 42, 1999); err != nil {
+			return err
+		}
+		txl := leaser.InTx(pg.InTx(tx))
+		// The outbox entry of the order, committed with it.
+		if _, err := txl.Append(ctx, "orders", &sequence.AppendOpts{Kind: "order-placed"}, []byte(`{"order":42}`)); err != nil {
+			return err
+		}
+		// A projection's ordered commit, in the same transaction.
+		x, err := txl.Lease(ctx, "order-totals", nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "UPDATE totals SET sum = sum + $1", 1999); err != nil {
+			return err
+		}
+		return x.Commit(ctx, nil)
+	})
+	if err != nil {
+		fmt.Println("rolled back, no number lost:", err)
+	}
 }

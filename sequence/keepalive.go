@@ -53,6 +53,9 @@ type keepAlive struct {
 // lease is committed or released, or on StopKeepAlive. Calling KeepAlive
 // again while it runs does nothing; after StopKeepAlive it starts anew.
 func (x *Lease) KeepAlive(opts *KeepAliveOpts) error {
+	if x.leaser.inTx {
+		return fmt.Errorf("sequence: keep-alive %s/%d: %w: a lease in an application's transaction (InTx) cannot be renewed in the background; Extend it", x.stream, x.number, store.ErrUnsupported)
+	}
 	if opts == nil {
 		opts = &KeepAliveOpts{}
 	}

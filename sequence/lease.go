@@ -364,7 +364,9 @@ func (x *Lease) resolved(cause error) {
 	// A store across the network reports resolutions later (NOTIFY): tell
 	// the barrier now, so the local waiters behind this number go on. A
 	// local store has already told it, before the call returned.
-	if x.leaser.barrier != nil && !x.leaser.inProcess {
+	// In an application's transaction (InTx), nothing is committed yet:
+	// the store notices it once the transaction commits.
+	if x.leaser.barrier != nil && !x.leaser.inProcess && !x.leaser.inTx {
 		x.leaser.barrier.Resolved(x.stream, x.number)
 	}
 	x.finish(cause)

@@ -20,8 +20,8 @@ import (
 // store/postgres). What a backend can do beyond it, the Leaser checks and
 // uses: store.InProcess (no batching), store.OneByOne (a lease and a commit
 // that allocate nothing), store.MultiLeaser (lease coalescing, across
-// streams), store.MultiCommitter (group commit, across streams) and
-// store.TxCommitter (CommitTx).
+// streams), store.MultiCommitter (group commit, across streams),
+// store.TxCommitter (CommitTx) and store.Appender (Append).
 type Store interface {
 	Lease(ctx context.Context, stream string, reqs []store.LeaseRequest, p *store.LeaseParams) ([]store.Entry, error)
 	Commit(ctx context.Context, stream string, number int64, token store.Token, p *store.CommitParams) (time.Time, error)
@@ -144,6 +144,12 @@ type Leaser struct {
 	txEngines  sync.Map                                              // txKey[T] -> the engine of CommitTx[T]
 	committers sync.Map                                              // stream -> *committer
 	boostedTTL atomic.Int64                                          // the default TTL while boosted (BoostTTL); 0: not boosted
+
+	// Of a Leaser in an application's transaction (InTx): the Leaser it
+	// came from, and that resolutions are not committed when a call
+	// returns (tx.go).
+	parent *Leaser
+	inTx   bool
 }
 
 // New returns a Leaser on s. It returns an error naming the field when cfg
@@ -390,7 +396,11 @@ func (l *Leaser) until(t time.Time) time.Duration {
 // DefaultTTL returns the lease duration used when a call names none:
 // Config.DefaultTTL, or more while BoostTTL is in force.
 func (l *Leaser) DefaultTTL() time.Duration {
-	return cmp.Or(time.Duration(l.boostedTTL.Load()), l.defaultTTL)
+	boost := &l.boostedTTL
+	if l.parent != nil {
+		boost = &l.parent.boostedTTL
+	}
+	return cmp.Or(time.Duration(boost.Load()), l.defaultTTL)
 }
 
 // BoostTTL multiplies the default lease duration by factor, capped at
