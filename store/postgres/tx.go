@@ -50,8 +50,11 @@ const (
 	// that is still running.
 	confirmMax = time.Second
 	// confirmGap is the least time between two confirm statements of a
-	// Watch: at most 500 a second, however many transactions hand over.
-	confirmGap = 2 * time.Millisecond
+	// Watch: at most 100 a second, however many transactions hand over,
+	// each followed by at most one notices statement. Measured with 16
+	// workers appending in their transactions, 2 ms (up to 500 of each a
+	// second) cost about 20% of the throughput, 10 ms nothing measurable.
+	confirmGap = 10 * time.Millisecond
 	// maxAwaited bounds the transactions awaited; beyond it, a Store in a
 	// transaction notifies in it.
 	maxAwaited = 10_000

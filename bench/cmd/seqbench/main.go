@@ -39,9 +39,10 @@ const (
 	secMemory  = "In-memory backend and its limit"
 	secCleanup = "Cleanup of expired leases (PostgreSQL)"
 	secWake    = "Wake latency of an ordered commit"
+	secApp     = "The application's own transaction"
 )
 
-var sections = []string{secLimit, secStreams, secMany, secNamed, secMemory, secCleanup, secWake}
+var sections = []string{secLimit, secStreams, secMany, secApp, secNamed, secMemory, secCleanup, secWake}
 
 // metric is one figure a measurement reports.
 type metric struct {
@@ -67,7 +68,7 @@ type outcome struct {
 
 func allSpecs() []spec {
 	var out []spec
-	for _, f := range []func() []spec{pgbenchSpecs, streamSpecs, manySpecs, namedSpecs, memorySpecs, cleanupSpecs, wakeSpecs} {
+	for _, f := range []func() []spec{pgbenchSpecs, streamSpecs, manySpecs, appSpecs, namedSpecs, memorySpecs, cleanupSpecs, wakeSpecs} {
 		out = append(out, f()...)
 	}
 	return out
@@ -219,6 +220,8 @@ func run() int {
 var pairs = [][]string{
 	{"seq/ordered/group=on/w=16", "pgbench/lease_commit.sql/c=16", "raw/leasecommit/w=16"},
 	{"pgbench/sequence.sql/c=16", "seq/streams/s=1/w=16", "seq/streams/s=16/w=16", "pgbench/own_stream.sql/c=16", "seq/streams/s=64/w=64"},
+	{"app/row/s=16/w=16", "app/append/s=16/w=16", "app/lease/s=16/w=16", "app/raw-append/s=16/w=16",
+		"app/append-nowatch/s=16/w=16", "app/append/s=1/w=16"},
 	{"named/seq/1", "named/raw/1"},
 	{"named/seq/16", "named/pglock/16"},
 	{"mem/ordered/w=8", "mem/ticket/w=8"},

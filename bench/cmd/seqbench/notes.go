@@ -35,6 +35,15 @@ var sectionNotes = map[string]string{
 		"connection. After the window, every stream must have no number unresolved and at least as many resolved " +
 		"numbers as the loop counted. The limits to compare with are pgbench (d), each client on its own stream, " +
 		"and (e), one stream numbered by a plain sequence.",
+	secApp: "16 workers, each in a loop of application transactions (`pgx.BeginFunc` on a pool of 24 connections): " +
+		"insert a business row into a table of its own (identity key, stream name, the payload), then what the row " +
+		"adds, then commit. Worker i works on stream i mod s. Append and Lease + Complete run through " +
+		"`Leaser.InTx(Store.InTx(tx))`; a barrier's Watch of the root Store runs, to which the transactions hand " +
+		"what they resolved (it notices what committed, asking `pg_xact_status` for many transactions in one " +
+		"statement), except in the no-Watch row, where the notice is a NOTIFY inside the transaction. The raw row " +
+		"sends the Append statement's SQL for one number straight through pgx, no library. After the window the " +
+		"business rows and the entries must be as many, and no number unresolved. Over 1 stream every transaction " +
+		"waits for the counter row the one before it holds until its commit.",
 	secNamed: "Each goroutine acquires and releases its own name (`TryAcquire` / pglock's `FailIfLocked`), or all 16 " +
 		"contend for one name with blocking acquires; TTL 1 min, no keep-alive, pglock's heartbeats off. " +
 		"seqlease's acquire reads before it writes (so a held name costs no write) and its release NOTIFYs only " +

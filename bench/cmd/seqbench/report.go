@@ -95,6 +95,8 @@ func targets() []target {
 	add("Adding streams: 16 workers over 16 streams vs 16 workers over 1 stream", ">= 0.9x", v, p)
 	v, p = ratio("seq/streams/s=64/w=64", "seq/streams/s=16/w=16", 0.9)
 	add("Adding streams: 64 workers over 64 streams vs 16 workers over 16 streams", ">= 0.9x", v, p)
+	v, p = ratio("app/append/s=16/w=16", "app/row/s=16/w=16", 0.75)
+	add("Business row + Append in the application's transaction vs business row alone, 16 clients over 16 streams", ">= 0.75x", v, p)
 	v, p = ratio("named/seq/1", "named/raw/1", 0.95)
 	add("Named lease acquire+release, 1 goroutine, vs raw pgx", ">= 0.95x", v, p)
 	v, p = ratio("named/seq/16", "named/pglock/16", 2.5)
