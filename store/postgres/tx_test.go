@@ -296,7 +296,15 @@ func (k *txSink) waitHeard(t *testing.T, n int64) {
 }
 
 func TestInTxRolledBackSavepointIsNotNoticed(t *testing.T) {
-	b := newTxBundle(t, false)
+	for _, simple := range []bool{false, true} {
+		t.Run(map[bool]string{false: "extended", true: "simple"}[simple], func(t *testing.T) {
+			testRolledBackSavepoint(t, simple)
+		})
+	}
+}
+
+func testRolledBackSavepoint(t *testing.T, simple bool) {
+	b := newTxBundle(t, simple)
 	k := watchInto(t, b.s) // the root's Watch: the transaction hands over to it
 
 	tx := b.begin(t)
