@@ -197,7 +197,8 @@ type AppendOpts struct {
 // store.MaxBatch). It fails, appending nothing, with ErrPayloadTooLarge
 // for a payload above Config.MaxPayload, ErrInvalidCount for no payloads
 // or too many, other input errors matching ErrInvalidArgument, and
-// store.ErrUnsupported on a store that is no store.Appender.
+// store.ErrUnsupported on a store that is no store.Appender. The
+// Observer is not told of appends (no lease, no commit of a held number).
 func (l *Leaser) Append(ctx context.Context, stream string, opts *AppendOpts, payloads ...[]byte) ([]int64, error) {
 	ap, ok := l.store.(store.Appender)
 	if !ok {
