@@ -230,6 +230,13 @@ func (n *notices) serve(ctx context.Context) {
 	defer func() {
 		n.mu.Lock()
 		n.serving--
+		if n.serving == 0 && len(n.awaited) > 0 {
+			// Nobody confirms them any more (tx.go): their notices are
+			// left to the other processes' safety poll.
+			n.s.logger.DebugContext(ctx, "postgres: Watch stopped; resolutions of callers' transactions still running are left to the safety poll",
+				slog.Int("transactions", len(n.awaited)))
+			clear(n.awaited)
+		}
 		n.mu.Unlock()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noticeTimeout)
 		defer cancel()

@@ -226,35 +226,36 @@ func (n *notices) await(xid int64, checks []txCheck) bool {
 
 // confirm asks, until ctx ends, about the transactions awaited, and
 // notices what committed; it is run by each Watch, which waits for it.
-// When the last Watch ends, what is still awaited is dropped.
+// A hand-over wakes it; it looks for the earliest transaction due only
+// when the hand-over could be due before the time it waits for, so that
+// many hand-overs between two statements cost it nothing each.
 func (n *notices) confirm(ctx context.Context) {
 	timer := time.NewTimer(confirmMax)
 	defer timer.Stop()
-	var last time.Time
+	var last, armed time.Time // the last statement; when the timer fires (zero: to be set)
 	for {
-		n.mu.Lock()
-		var next time.Time
-		for _, a := range n.awaited {
-			if next.IsZero() || a.next.Before(next) {
-				next = a.next
+		if armed.IsZero() {
+			armed = time.Now().Add(confirmMax)
+			n.mu.Lock()
+			for _, a := range n.awaited {
+				armed = minTime(armed, a.next)
 			}
-		}
-		n.mu.Unlock()
-		wait := confirmMax
-		if !next.IsZero() {
-			wait = time.Until(next)
-			if gap := time.Until(last.Add(confirmGap)); gap > wait {
-				wait = gap
+			n.mu.Unlock()
+			if gap := last.Add(confirmGap); gap.After(armed) {
+				armed = gap
 			}
+			timer.Reset(max(time.Until(armed), 0))
 		}
-		timer.Reset(max(wait, 0))
 		select {
 		case <-ctx.Done():
-			n.dropAwaited(ctx)
 			return
 		case <-n.awaitWake:
+			if armed.After(time.Now().Add(confirmFirst)) {
+				armed = time.Time{} // the new one is due earlier
+			}
 			continue
 		case <-timer.C:
+			armed = time.Time{}
 		}
 		last = time.Now()
 		cctx, cancel := context.WithTimeout(ctx, noticeTimeout)
@@ -263,16 +264,11 @@ func (n *notices) confirm(ctx context.Context) {
 	}
 }
 
-// dropAwaited forgets what is awaited once no Watch runs.
-func (n *notices) dropAwaited(ctx context.Context) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.serving > 0 || len(n.awaited) == 0 {
-		return
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
 	}
-	n.s.logger.DebugContext(ctx, "postgres: Watch stopped; resolutions of transactions still running are left to the safety poll",
-		slog.Int("transactions", len(n.awaited)))
-	clear(n.awaited)
+	return a
 }
 
 // confirmDue asks about the transactions due at now, in one statement,
