@@ -379,3 +379,48 @@ func TestInTxWakesAnotherProcess(t *testing.T) {
 		})
 	}
 }
+
+// TestInTxConcurrentTransactions runs transactions that append in
+// parallel, some committed, some rolled back, while the root's Watch
+// confirms them: every committed number is heard, and no number beyond
+// the last one that exists.
+func TestInTxConcurrentTransactions(t *testing.T) {
+	b := newTxBundle(t, false)
+	k := watchInto(t, b.s)
+	const workers, rounds = 6, 12
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				tx, err := b.pool.Begin(b.ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if _, err := b.s.InTx(tx).Append(b.ctx, "s", []store.AppendRequest{{Payload: []byte("x")}}, nil); err != nil {
+					errs <- err
+				}
+				if (w+i)%3 == 0 {
+					err = tx.Rollback(b.ctx)
+				} else {
+					err = tx.Commit(b.ctx)
+				}
+				if err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	n := b.requireDense(t, "s")
+	require.Equal(t, int64(workers*rounds*2/3), n, "the committed appends, and nothing else")
+	for i := int64(1); i <= n; i++ {
+		k.waitHeard(t, i)
+	}
+	require.False(t, k.heardOf(n+1), "nothing beyond the last number that exists")
+}
