@@ -58,7 +58,8 @@ var (
 // bad input), and unwraps to the Codec's error.
 type EncodeError struct {
 	Stream string
-	Number int64 // the number the value was for
+	Number int64 // the number the value was for; 0 in Append
+	Index  int   // in Append, the position of the value among those passed
 	Err    error // the Codec's error
 }
 
@@ -142,6 +143,31 @@ func (t *Typed[T]) Complete(ctx context.Context, l *sequence.Lease, v T) error {
 		return err
 	}
 	return l.Complete(ctx, b)
+}
+
+// Appender appends payloads as entries born committed: *sequence.Leaser,
+// or the Leaser of an application's transaction (Leaser.InTx).
+type Appender interface {
+	Append(ctx context.Context, stream string, opts *sequence.AppendOpts, payloads ...[]byte) ([]int64, error)
+}
+
+var _ Appender = (*sequence.Leaser)(nil)
+
+// Append encodes vs and appends them to stream through a (Leaser.Append:
+// the outbox write), returning their numbers. Every value is encoded before
+// anything is written: a value that cannot be encoded fails the call with
+// an *EncodeError whose Number is 0 (none was taken) and Index is the
+// value's position in vs, and nothing is appended.
+func (t *Typed[T]) Append(ctx context.Context, a Appender, stream string, opts *sequence.AppendOpts, vs ...T) ([]int64, error) {
+	payloads := make([][]byte, len(vs))
+	for i, v := range vs {
+		b, err := t.c().Marshal(v)
+		if err != nil {
+			return nil, &EncodeError{Stream: stream, Index: i, Err: err}
+		}
+		payloads[i] = b
+	}
+	return a.Append(ctx, stream, opts, payloads...)
 }
 
 // Decode decodes the payload of a committed entry (a filled gap too). A gap

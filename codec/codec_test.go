@@ -237,3 +237,36 @@ func TestCustomCodec(t *testing.T) {
 	require.NoError(t, err, "a leased entry has nothing to decode")
 	require.Zero(t, e.Value)
 }
+
+// TestAppend: values appended read back decoded in order; a value that
+// cannot be encoded appends nothing, not even the values before it.
+func TestAppend(t *testing.T) {
+	t.Parallel()
+	for name, newStack := range stacks() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			st := newStack(t)
+			orders := codec.New[order](nil)
+
+			_, err := orders.Append(ctx, st.Leaser, "orders", nil, order{ID: "ok"}, order{ID: "nan", Total: math.NaN()})
+			require.ErrorIs(t, err, store.ErrInvalidArgument)
+			require.ErrorIs(t, err, codec.ErrEncode)
+			var ee *codec.EncodeError
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, "orders", ee.Stream)
+			require.Equal(t, 1, ee.Index, "the second value failed")
+
+			ns, err := orders.Append(ctx, st.Leaser, "orders", &sequence.AppendOpts{Kind: "order"}, order{ID: "o-1", Total: 1}, order{ID: "o-2", Total: 2})
+			require.NoError(t, err)
+			require.Equal(t, []int64{1, 2}, ns, "the failed call appended nothing")
+			var got []order
+			for e, err := range orders.Entries(ctx, st.Barrier, "orders", nil) {
+				require.NoError(t, err)
+				require.Equal(t, "order", e.Kind)
+				got = append(got, e.Value)
+			}
+			require.Equal(t, []order{{ID: "o-1", Total: 1}, {ID: "o-2", Total: 2}}, got)
+		})
+	}
+}

@@ -4,6 +4,7 @@
 //
 //	orders := codec.New[Order](nil) // JSON; or a Codec[Order] of your own
 //	err := orders.Commit(ctx, lease, Order{ID: "o-1", Total: 42})
+//	ns, err := orders.Append(ctx, leaser.InTx(pg.InTx(tx)), "orders", nil, o1, o2) // the outbox write
 //	for e, err := range orders.Entries(ctx, b, "orders", nil) {
 //		if err != nil { ... }
 //		apply(e.Number, e.Value)
@@ -14,12 +15,12 @@
 // The layer adds nothing to what is stored: a payload is the Codec's bytes,
 // and the untyped API reads it as before, so a stream may be written typed
 // and read raw, or the other way round. Typed wraps the existing calls
-// (Lease.Commit, Lease.Complete, barrier.Barrier.Entries) rather than
+// (Lease.Commit, Lease.Complete, Leaser.Append, barrier.Barrier.Entries) rather than
 // extending them, because Go methods cannot take type parameters: one
 // Typed[T] per payload type, holding its Codec, carries the generic methods.
 // Every write goes through one step that encodes before anything is sent,
-// so a write of several values (a lease-and-commit of many numbers) is a
-// loop over that step followed by the untyped call.
+// so a write of several values (Append) is a loop over that step followed
+// by the untyped call: a value that fails appends nothing.
 //
 // # Errors
 //
