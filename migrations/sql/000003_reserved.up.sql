@@ -1,0 +1,2 @@
+-- seqlease 3: reserved; it changes nothing.
+SELECT 1;
