@@ -70,6 +70,17 @@
 // tests use to hit deadlines exactly; production leaves it nil. Times are kept
 // at microsecond precision, PostgreSQL's.
 //
+// # Inbox records
+//
+// An inbox consumer takes messages from a broker that redelivers
+// (at-least-once) and applies each message's effect once: MarkReceived
+// records (consumer, message id) and reports whether this is the first
+// receipt; PurgeReceived deletes the records past retention in bounded
+// batches. On PostgreSQL the record is written in the application's
+// transaction with the effect (a postgres.Store over the pgx.Tx), so both
+// commit or neither, and a concurrent receipt of the same message waits for
+// that transaction (inbox.go, docs/inbox.md).
+//
 // # Fencing and retries
 //
 // Commit, Release and Extend are fenced by the holder's Token: any other token

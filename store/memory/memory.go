@@ -29,6 +29,7 @@ type Store struct {
 	sinks   atomic.Pointer[[]store.Sink] // copy on write; read without a lock
 
 	named namedLeases // named leases: namedlease.go
+	inbox inbox       // inbox records: inbox.go
 }
 
 // New returns an empty Store.

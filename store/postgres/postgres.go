@@ -49,7 +49,8 @@ type Config struct {
 type Store struct {
 	db      DB
 	q       queries
-	channel string // the NOTIFY channel: the schema's name
+	inq     inboxQueries // inbox.go
+	channel string       // the NOTIFY channel: the schema's name
 	logger  *slog.Logger
 	decided decidedSetup // see queryDecided
 	notes   *notices     // notice.go
@@ -84,7 +85,7 @@ func New(db DB, cfg *Config) (*Store, error) {
 	if cfg != nil && cfg.Logger != nil {
 		logger = cfg.Logger
 	}
-	s := &Store{db: db, q: buildQueries(schema), channel: schema, logger: logger}
+	s := &Store{db: db, q: buildQueries(schema), inq: buildInboxQueries(schema), channel: schema, logger: logger}
 	s.notes = newNotices(s)
 	return s, nil
 }

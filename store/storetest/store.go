@@ -16,6 +16,9 @@ import (
 // changes nothing. A cancelled context returns an error matching ctx.Err()
 // and changes nothing the caller was told about.
 type Store interface {
+	// InboxStore: the inbox records of consumers (inbox.go).
+	InboxStore
+
 	// Lease hands out len(reqs) consecutive numbers of stream, in one
 	// atomic step (one statement on PostgreSQL), creating the stream on first
 	// use. Entry i of the result has number base+i for the request reqs[i],

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"Watch", testWatch},
 		{"RecoverExpired", testRecoverExpired},
 		{"RecoverExpiredBatch", testRecoverExpiredBatch},
+		{"Inbox", testInbox},
 	}
 	groups = append(groups, capabilities(newStore(t))...)
 	for _, g := range groups {
