@@ -59,6 +59,9 @@ commands:
                            exit 1 on a violation
   leases                   live named leases: holder, fence, expiry (-owner O, -held-for D)
   force-release OWNER      end every named lease OWNER holds (a crashed agent's)
+  inbox [CONSUMER]         count the inbox records (of CONSUMER, else of every consumer); with
+                           -purge-older-than D first delete those received more than D ago by the
+                           database's clock, in batches of -batch N (default 1000)
 
 The connection comes from -dsn, else DATABASE_URL, else the PG* environment variables.
 `
@@ -130,6 +133,8 @@ func (c *cli) run(ctx context.Context, args []string) error {
 		return c.leases(ctx, args)
 	case "force-release":
 		return c.forceRelease(ctx, args)
+	case "inbox":
+		return c.inbox(ctx, args)
 	case "help":
 		fmt.Fprint(c.out, usage)
 		return nil
@@ -727,4 +732,63 @@ func (c *cli) forceRelease(ctx context.Context, args []string) error {
 		rows = [][]string{{"-", "-", "no live lease held by " + pos[0]}}
 	}
 	return c.emit(out, []string{"NAME", "FENCE", "RESULT"}, rows)
+}
+
+func (c *cli) inbox(ctx context.Context, args []string) error {
+	fs := c.flags("inbox")
+	olderThan := fs.Duration("purge-older-than", 0, "delete the records received more than this long ago (0: purge nothing)")
+	batch := fs.Int("batch", store.DefaultPurgeLimit, "records deleted per statement")
+	var pos []string
+	for len(args) > 0 {
+		if err := parse(fs, args); err != nil {
+			return err
+		}
+		if args = fs.Args(); len(args) > 0 {
+			pos, args = append(pos, args[0]), args[1:]
+		}
+	}
+	if len(pos) > 1 {
+		return usagef("inbox: unexpected %q", pos[1])
+	}
+	consumer := ""
+	if len(pos) == 1 {
+		consumer = pos[0]
+		if err := store.ValidateConsumer(consumer); err != nil {
+			return usagef("inbox: CONSUMER: %v", err)
+		}
+	}
+	if *olderThan < 0 || *batch < 1 || *batch > store.MaxPurgeLimit {
+		return usagef("inbox: -purge-older-than must not be negative and -batch must be in 1..%d", store.MaxPurgeLimit)
+	}
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	var purged int64
+	if *olderThan > 0 {
+		p := &store.PurgeReceivedParams{Consumer: consumer, OlderThan: *olderThan, Limit: *batch}
+		for {
+			n, err := c.store.PurgeReceived(ctx, p)
+			if err != nil {
+				return c.explain(err, "")
+			}
+			purged += n
+			if n < int64(*batch) {
+				break
+			}
+		}
+	}
+	n, err := c.store.CountReceived(ctx, consumer)
+	if err != nil {
+		return c.explain(err, "")
+	}
+	name := consumer
+	if name == "" {
+		name = "(all)"
+	}
+	res := struct {
+		Consumer string `json:"consumer"`
+		Records  int64  `json:"records"`
+		Purged   int64  `json:"purged"`
+	}{consumer, n, purged}
+	return c.emit(res, []string{"CONSUMER", "RECORDS", "PURGED"}, [][]string{{name, fmt.Sprint(n), fmt.Sprint(purged)}})
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,6 +185,51 @@ func TestNamedLeases(t *testing.T) {
 	require.Contains(t, out, "no live lease held by agent-1")
 }
 
+// TestInbox counts inbox records and purges the old ones, per consumer
+// and for all of them.
+func TestInbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
+	old := now.Add(-2 * time.Hour)
+	for i := range 5 {
+		for _, c := range []string{"billing", "mail"} {
+			at := &now
+			if i < 3 {
+				at = &old
+			}
+			_, err := s.MarkReceived(ctx, c, fmt.Sprint("m-", i), &store.ReceiveParams{Now: at})
+			require.NoError(t, err)
+		}
+	}
+	code, out, _ := seqlease(t, "-schema", schema, "inbox")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `\(all\)\s+10\s+0`, out)
+
+	code, out, _ = seqlease(t, "-schema", schema, "-json", "inbox", "billing", "-purge-older-than", "1h", "-batch", "2")
+	require.Equal(t, 0, code, out)
+	var res struct {
+		Consumer        string
+		Records, Purged int64
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, "billing", res.Consumer)
+	require.Equal(t, int64(3), res.Purged, "the three old records, in batches of two")
+	require.Equal(t, int64(2), res.Records)
+	n, err := s.CountReceived(ctx, "mail")
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n, "another consumer's records stay")
+
+	code, out, _ = seqlease(t, "-schema", schema, "inbox", "-purge-older-than", "1h")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `\(all\)\s+4\s+3`, out)
+}
+
 func TestErrors(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Shared(t, false)
@@ -207,6 +253,9 @@ func TestErrors(t *testing.T) {
 		{"force-release without owner", []string{"-schema", schema, "force-release"}, 2, "force-release needs OWNER"},
 		{"force-release with a bad owner", []string{"-schema", schema, "force-release", "a\nb"}, 2, "OWNER"},
 		{"audit with a negative bound", []string{"-schema", schema, "audit", "s", "-max-unresolved", "-1s"}, 2, "must not be negative"},
+		{"inbox with a bad consumer", []string{"-schema", schema, "inbox", "a\x01b"}, 2, "CONSUMER"},
+		{"inbox with a negative age", []string{"-schema", schema, "inbox", "-purge-older-than", "-1s"}, 2, "must not be negative"},
+		{"inbox with two consumers", []string{"-schema", schema, "inbox", "a", "b"}, 2, `unexpected "b"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errOut := seqlease(t, c.args...)

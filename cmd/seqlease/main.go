@@ -1,7 +1,8 @@
 // Command seqlease is the operator's view of a seqlease database: migrate the
 // schema, list streams with their watermarks and in-flight leases, inspect a
 // stream's entries and gaps, trim its history, watch it live, audit its
-// ledger, and list or force-release named leases.
+// ledger, list or force-release named leases, and count or purge inbox
+// records.
 //
 //	seqlease [-dsn URL] [-schema NAME] [-json] COMMAND [ARGS]
 //
@@ -16,6 +17,8 @@
 //	                         -max-unresolved D); exit 1 on a violation
 //	leases                   live named leases: holder, fence, expiry (-owner O, -held-for D)
 //	force-release OWNER      end every named lease OWNER holds (a crashed agent's)
+//	inbox [CONSUMER]         count the inbox records; -purge-older-than D deletes the old
+//	                         ones first, in batches of -batch N
 //
 // In `streams`, OPEN GAPS counts every gap not filled; RECOVERED says how
 // many of them had their work recovered under a new number (nothing lost);
