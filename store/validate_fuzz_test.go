@@ -160,3 +160,28 @@ func FuzzParseTokenOracle(f *testing.F) {
 		}
 	})
 }
+
+// FuzzValidateReceive checks the (consumer, message id) rule of inbox
+// records: each non-empty, within its limit, well formed.
+func FuzzValidateReceive(f *testing.F) {
+	for _, s := range hostileSeeds {
+		f.Add(s, "m-1")
+		f.Add("payments", s)
+	}
+	f.Add("payments", strings.Repeat("m", store.MaxMessageIDLen))
+	f.Add("payments", strings.Repeat("m", store.MaxMessageIDLen+1))
+	f.Fuzz(func(t *testing.T, consumer, id string) {
+		err := store.ValidateReceive(consumer, id)
+		consumerOK := consumer != "" && len(consumer) <= store.MaxConsumerLen && wellFormed(consumer)
+		idOK := id != "" && len(id) <= store.MaxMessageIDLen && wellFormed(id)
+		switch {
+		case !consumerOK:
+			checkVerdict(t, "ValidateReceive consumer", consumer, false, err, store.ErrInvalidConsumer)
+		default:
+			checkVerdict(t, "ValidateReceive id", id, idOK, err, store.ErrInvalidMessageID)
+		}
+		if err == nil && (strings.ContainsRune(consumer, 0) || strings.ContainsRune(id, 0)) {
+			t.Fatalf("accepted a NUL byte: %q %q", consumer, id)
+		}
+	})
+}

@@ -47,6 +47,10 @@
 // record order plus an index by time, so a retention trim costs what it
 // deletes.
 //
+// Inbox records (inbox.go) are a map per consumer under one mutex:
+// MarkReceived decides at once (there are no transactions to wait for);
+// PurgeReceived reads every record of the consumers it purges.
+//
 // # Watching
 //
 // Watch registers a sink that every resolution calls synchronously, under

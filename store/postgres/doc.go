@@ -123,6 +123,17 @@
 // and the blocked acquires of package lease announce themselves there too
 // ("w<TAB>name<TAB>waiter<TAB>since<TAB>fence": a NOTIFY, no table write).
 //
+// # Inbox records
+//
+// The inbox table (migration 000004) holds (consumer, message_id) PK and
+// received_at, indexed for retention (inbox.go). MarkReceived is one INSERT
+// ... ON CONFLICT DO NOTHING: on a Store built over the caller's pgx.Tx it
+// is part of that transaction, so the record commits or rolls back with
+// the message's effect, and a second insert of the same pair waits for the
+// transaction that holds the first. A duplicate takes no transaction id and
+// writes no WAL. PurgeReceived deletes the oldest records below the cutoff,
+// at most its limit per statement.
+//
 // # Errors
 //
 // Driver errors are mapped to the sentinels of package store in one place

@@ -251,6 +251,24 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		require.NoError(t, l.Release(ctx))
 	})
 
+	t.Run("inbox", func(t *testing.T) {
+		first, err := s.MarkReceived(ctx, "payments", "m-1", nil)
+		require.NoError(t, err)
+		require.True(t, first)
+		first, err = s.MarkReceived(ctx, "payments", "m-1", nil)
+		require.NoError(t, err)
+		require.False(t, first)
+		_, ok, err := s.Received(ctx, "payments", "m-1")
+		require.NoError(t, err)
+		require.True(t, ok)
+		n, err := s.CountReceived(ctx, "")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		n, err = s.PurgeReceived(ctx, &store.PurgeReceivedParams{Before: time.Now().Add(time.Hour)})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+	})
+
 	t.Run("listen", func(t *testing.T) {
 		// The watch as the runtime role: once it listens (Reset), a commit
 		// by another process of the service reaches it by NOTIFY.
