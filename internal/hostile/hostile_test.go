@@ -63,6 +63,8 @@ type memoryState struct {
 	Stats   map[string]store.StreamStats
 	Leases  []store.NamedLease
 	History []store.LeaseEvent
+	Inbox   map[string]time.Time // the fixture's inbox records: consumer/id -> received at
+	Records int64                // every inbox record
 }
 
 func readAll(t *testing.T, s Store, at time.Time) memoryState {
@@ -81,6 +83,16 @@ func readAll(t *testing.T, s Store, at time.Time) memoryState {
 	st.Leases, err = s.ListLeases(ctx, &store.ListLeasesParams{Limit: store.MaxListLimit, Now: &at})
 	require.NoError(t, err)
 	st.History, err = s.LeaseHistory(ctx, "", &store.LeaseHistoryParams{Limit: store.MaxListLimit})
+	require.NoError(t, err)
+	st.Inbox = map[string]time.Time{}
+	for _, id := range []string{"m-1", "m-2"} {
+		at, ok, err := s.Received(ctx, "payments", id)
+		require.NoError(t, err)
+		if ok {
+			st.Inbox["payments/"+id] = at
+		}
+	}
+	st.Records, err = s.CountReceived(ctx, "")
 	require.NoError(t, err)
 	return st
 }
@@ -142,6 +154,10 @@ func newFixture(t *testing.T, s Store) *fixture {
 	require.NoError(t, s.Release(ctx, "orders", 4, old[1].Token, nil))
 	leader, err := s.AcquireLease(ctx, "leader", "owner-1", &store.AcquireLeaseParams{TTL: time.Hour})
 	require.NoError(t, err)
+	for _, id := range []string{"m-1", "m-2"} { // received an hour ago: any purge of the past would take them
+		_, err := s.MarkReceived(ctx, "payments", id, &store.ReceiveParams{Now: &past})
+		require.NoError(t, err)
+	}
 
 	leaser, err := sequence.New(s, &sequence.Config{MaxPayload: limit, MaxLeaseBatch: 1, Owner: "leaser"})
 	require.NoError(t, err)
@@ -388,6 +404,61 @@ func cases() []hostile {
 		return err
 	})
 
+	// Inbox records: consumers and message ids, and purges that would
+	// delete the fixture's records but for one bad parameter.
+	badIDs := map[string]string{"empty": "", "513 bytes": strings.Repeat("i", store.MaxMessageIDLen+1)}
+	for k, v := range badTexts {
+		badIDs[k] = v
+	}
+	for desc, n := range badNames {
+		add("MarkReceived: consumer "+desc, store.ErrInvalidConsumer, func(ctx context.Context, f *fixture) error {
+			_, err := f.s.MarkReceived(ctx, n, "m-3", nil)
+			return err
+		})
+		add("Received: consumer "+desc, store.ErrInvalidConsumer, func(ctx context.Context, f *fixture) error {
+			_, _, err := f.s.Received(ctx, n, "m-1")
+			return err
+		})
+		if n != "" { // "" counts and purges every consumer's
+			add("CountReceived: consumer "+desc, store.ErrInvalidConsumer, func(ctx context.Context, f *fixture) error {
+				_, err := f.s.CountReceived(ctx, n)
+				return err
+			})
+			add("PurgeReceived: consumer "+desc, store.ErrInvalidConsumer, func(ctx context.Context, f *fixture) error {
+				_, err := f.s.PurgeReceived(ctx, &store.PurgeReceivedParams{Consumer: n})
+				return err
+			})
+		}
+	}
+	for desc, id := range badIDs {
+		add("MarkReceived: message id "+desc, store.ErrInvalidMessageID, func(ctx context.Context, f *fixture) error {
+			_, err := f.s.MarkReceived(ctx, "payments", id, nil)
+			return err
+		})
+	}
+	for desc, p := range map[string]store.PurgeReceivedParams{
+		"OlderThan -1ns":        {OlderThan: -1},
+		"OlderThan MinInt64":    {OlderThan: math.MinInt64},
+		"Before and OlderThan":  {Before: time.Now().Add(time.Hour), OlderThan: time.Second},
+		"Limit -1":              {Limit: -1},
+		"Limit MaxPurgeLimit+1": {Limit: store.MaxPurgeLimit + 1},
+		"Limit MinInt":          {Limit: math.MinInt},
+		"Consumer with a NUL":   {Consumer: "pay\x00ments"},
+		"Consumer of 201 bytes": {Consumer: strings.Repeat("c", store.MaxConsumerLen+1)},
+	} {
+		want := store.ErrInvalidCutoff
+		switch {
+		case p.Limit != 0:
+			want = store.ErrInvalidCount
+		case p.Consumer != "":
+			want = store.ErrInvalidConsumer
+		}
+		add("PurgeReceived: "+desc, want, func(ctx context.Context, f *fixture) error {
+			_, err := f.s.PurgeReceived(ctx, &p)
+			return err
+		})
+	}
+
 	// Payloads one byte over the limit (the limit itself is in
 	// TestPayloadAtTheLimit).
 	add("sequence Complete: payload limit+1", store.ErrPayloadTooLarge, func(ctx context.Context, f *fixture) error {
@@ -454,6 +525,16 @@ func TestStrangeButValidNamesRoundTrip(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, []string{name, name}, []string{g.Name, g.Owner})
 				require.NoError(t, b.s.ReleaseLease(ctx, name, name, l.Fence, nil))
+
+				first, err := b.s.MarkReceived(ctx, name, name, nil)
+				require.NoError(t, err, name)
+				require.True(t, first, name)
+				_, ok, err := b.s.Received(ctx, name, name)
+				require.NoError(t, err)
+				require.True(t, ok, name)
+				n, err := b.s.CountReceived(ctx, name)
+				require.NoError(t, err)
+				require.Equal(t, int64(1), n, name)
 			}
 			after, err := b.s.Read(ctx, "orders", 0, 0)
 			require.NoError(t, err)
