@@ -20,6 +20,9 @@ import (
 // duplicate.
 const dedupeWindow = 100 * time.Millisecond
 
+// maxInflight bounds the payments published and not yet acked by JetStream.
+const maxInflight = 256
+
 // durable is the name of the JetStream consumer every consumer process
 // pulls from: JetStream spreads the messages among them.
 const durable = "payments"
@@ -85,7 +88,7 @@ func connect(url string) (*nats.Conn, jetstream.JetStream, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (is a server with JetStream running there? leave -nats empty for an embedded one)", url, err)
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(256))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(2*maxInflight))
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -115,36 +118,53 @@ func setupStream(ctx context.Context, js jetstream.JetStream, run string, ackWai
 }
 
 // produce publishes every payment with its id as Nats-Msg-Id, without
-// waiting for each ack (at most 256 in flight), then the ones marked twice
-// again with the same id. A second publish inside the dedupe window is
-// dropped by JetStream (the ack says Duplicate), so it is repeated, a
-// window later, until the stream stored it: the consumers then really
-// receive that payment twice. It returns how many payments were stored
+// waiting for each ack (at most maxInflight in flight), then the ones
+// marked twice again with the same id. A second publish inside the dedupe
+// window is dropped by JetStream (the ack says Duplicate), so it is
+// repeated, a window later, until the stream stored it: the consumers then
+// really receive that payment twice. It returns how many payments were stored
 // twice.
 func produce(ctx context.Context, js jetstream.JetStream, run string, pays []payment, twice []bool) (int, error) {
 	body := func(i int) []byte {
 		b, _ := json.Marshal(pays[i]) // two plain fields: cannot fail
 		return b
 	}
-	futures := make([]jetstream.PubAckFuture, 0, len(pays))
+	type inflight struct {
+		i int
+		f jetstream.PubAckFuture
+	}
+	var window []inflight // the publishes not yet acked, oldest first
+	acked := func() error {
+		p := window[0]
+		window = window[1:]
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.f.Ok():
+			return nil
+		case err := <-p.f.Err():
+			return fmt.Errorf("publish %s: %w", paymentID(run, p.i), err)
+		}
+	}
 	var again []int
 	for i := range pays {
+		if len(window) == maxInflight { // wait for the oldest: the client never stalls
+			if err := acked(); err != nil {
+				return 0, err
+			}
+		}
 		f, err := js.PublishAsync(subject(run), body(i), jetstream.WithMsgID(paymentID(run, i)))
 		if err != nil {
 			return 0, fmt.Errorf("publish %s: %w", paymentID(run, i), err)
 		}
-		futures = append(futures, f)
+		window = append(window, inflight{i, f})
 		if twice[i] {
 			again = append(again, i)
 		}
 	}
-	for i, f := range futures {
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-f.Ok():
-		case err := <-f.Err():
-			return 0, fmt.Errorf("publish %s: %w", paymentID(run, i), err)
+	for len(window) > 0 {
+		if err := acked(); err != nil {
+			return 0, err
 		}
 	}
 	stored := len(again)
