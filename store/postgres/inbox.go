@@ -38,8 +38,11 @@ ON CONFLICT (consumer, message_id) DO NOTHING`,
 
 		// The oldest records below the cutoff, by the index on received_at,
 		// at most $3 of them; with a consumer ($2 <> '') only its own. Rows
-		// are never updated, so a ctid names a row until it is deleted; a
-		// row deleted meanwhile by a concurrent purge is skipped.
+		// are never updated, so a ctid names a row until it is deleted.
+		// SKIP LOCKED: concurrent purges take different rows, so a batch is
+		// short only when no other row below the cutoff is left (but those
+		// another purge is deleting); without it, a purge whose rows were
+		// deleted under it would come back short while rows remain.
 		purge: `
 WITH old AS (
 	SELECT ctid FROM {s}.inbox
@@ -47,6 +50,7 @@ WITH old AS (
 		AND ($2 = '' OR consumer = $2)
 	ORDER BY received_at
 	LIMIT $3
+	FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {s}.inbox i USING old WHERE i.ctid = old.ctid`,
 	}

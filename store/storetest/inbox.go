@@ -41,7 +41,9 @@ type InboxStore interface {
 	// received strictly before the cutoff (store.PurgeCutoff: p.Before, or
 	// the backend's now minus p.OlderThan), of p.Consumer only if it is
 	// set, the oldest first, and returns how many it deleted. Fewer than
-	// the limit means none is left below the cutoff (as of the call).
+	// the limit means none is left below the cutoff, but those a
+	// concurrent PurgeReceived is deleting: concurrent purges delete
+	// different records.
 	PurgeReceived(ctx context.Context, p *store.PurgeReceivedParams) (int64, error)
 }
 
@@ -186,6 +188,39 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 		_, ok = b.received(c, "late")
 		require.True(t, ok)
 		require.True(t, b.markReceived(c, "m-0", 2*time.Hour), "a purged record is forgotten: the id is first again")
+	})
+
+	t.Run("concurrent purges delete each record once", func(t *testing.T) {
+		b := setup(t, newStore)
+		c := b.stream("")
+		const records = 200
+		for i := range records {
+			b.markReceived(c, fmt.Sprint(i), time.Duration(i)*time.Microsecond)
+		}
+		var wg sync.WaitGroup
+		deleted := make([]int64, 8)
+		for w := range deleted {
+			wg.Go(func() {
+				for {
+					n, err := b.s.PurgeReceived(b.ctx, &store.PurgeReceivedParams{Consumer: c, Before: b.time(time.Second), Limit: 7})
+					if err != nil {
+						t.Errorf("purger %d: %v", w, err)
+						return
+					}
+					deleted[w] += n
+					if n < 7 {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		var sum int64
+		for _, n := range deleted {
+			sum += n
+		}
+		require.Equal(t, int64(records), sum, "every record deleted by exactly one purge")
+		require.Zero(t, b.countReceived(c))
 	})
 
 	t.Run("the cutoff is strict", func(t *testing.T) {
