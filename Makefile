@@ -9,7 +9,7 @@ COVERPROFILE        := coverage.out
 
 .DEFAULT_GOAL := help
 
-.PHONY: help test soak demo inbox bench bench-smoke lint cover tidy
+.PHONY: help test soak demo outbox inbox bench bench-smoke lint cover tidy
 
 help: ## Show this list of targets.
 	@echo 'Usage: make <target>'
@@ -30,6 +30,9 @@ soak: ## Run the soak (SOAK=10m): multi-process load with faults on PostgreSQL, 
 
 demo: ## Run the projection pipeline (faults on) on the in-memory backend; flags in ARGS="-dsn ... -procs 3".
 	cd examples && $(GO) run ./projection $(ARGS)
+
+outbox: ## Run the transactional outbox relaying to NATS JetStream (embedded), in memory; flags in ARGS="-dsn ... -procs 3 -kill".
+	cd examples && $(GO) run ./outbox $(ARGS)
 
 inbox: ## Run the inbox consumer (payments from NATS JetStream, embedded by default, each credited once); flags in ARGS="-dsn ... -procs 3 -kill", "-nats URL".
 	cd examples && $(GO) run ./inbox $(ARGS)
