@@ -116,7 +116,11 @@ type broker struct {
 // (create) or looked up.
 func dialBroker(ctx context.Context, url string, n names, create bool, dedupe time.Duration) (*broker, error) {
 	name := n.jsStream()
-	nc, err := nats.Connect(url, nats.Name("seqlease-outbox"), nats.MaxReconnects(-1))
+	// Reconnect for ever, every quarter second, and buffer nothing while
+	// disconnected: a publish either reaches the server now or fails, and
+	// the relay retries it from what JetStream holds.
+	nc, err := nats.Connect(url, nats.Name("seqlease-outbox"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.ReconnectBufSize(-1))
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}

@@ -68,6 +68,9 @@ type relayConfig struct {
 	// relay processes rather than all going to the first to start.
 	later    func(route) bool
 	holdBack time.Duration
+	// errs, if set, is told of every failure the relays retry, without
+	// blocking (a full channel misses some): for tests.
+	errs chan<- error
 }
 
 // relays are one process's relays, one campaign per stream.
@@ -154,6 +157,10 @@ func (r *relays) relay(ctx context.Context, l *lease.Lease, i int, rt route) {
 		default:
 			r.n.errors.Add(1)
 			fmt.Fprintf(os.Stderr, "outbox: %s: relay %s: %v (retrying in %v)\n", r.cfg.owner, rt.stream, err, wait)
+			select {
+			case r.cfg.errs <- err:
+			default: // nil, or full
+			}
 			if !sleep(ctx, wait) {
 				return
 			}

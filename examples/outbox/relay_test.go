@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -211,4 +212,77 @@ func TestValidate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "abc", run)
 	require.Equal(t, 2, i)
+}
+
+// TestRelayBrokerOutage stops the NATS server while the relay runs and
+// entries keep coming, then starts it again on the same port and files:
+// the relay, which kept its lease, retries until the broker is back and
+// catches up, and the subject holds every entry once, in order.
+func TestRelayBrokerOutage(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	s1, err := natsrun.Start(&natsrun.Options{Dir: dir})
+	require.NoError(t, err)
+	defer s1.Stop()
+	u, err := url.Parse(s1.URL())
+	require.NoError(t, err)
+	port, err := strconv.Atoi(u.Port())
+	require.NoError(t, err)
+	n := newNames()
+	n.streams = 1
+	rt := n.route(0)
+	b, err := dialBroker(ctx, s1.URL(), n, true, time.Minute)
+	require.NoError(t, err)
+	defer b.close()
+
+	st := memory.New(nil)
+	leaser, err := sequence.New(st, nil)
+	require.NoError(t, err)
+	write := func(from, to int) {
+		for i := from; i <= to; i++ {
+			l, err := leaser.Lease(ctx, rt.stream, nil)
+			require.NoError(t, err)
+			require.NoError(t, l.Complete(ctx, []byte(strconv.Itoa(i))))
+		}
+	}
+	errs := make(chan error, 1)
+	write(1, 5)
+	r, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "relay", ttl: time.Second, errs: errs})
+	require.NoError(t, err)
+	col, err := collect(ctx, b)
+	require.NoError(t, err)
+	require.NoError(t, col.wait(ctx, func(c *collector) bool { return c.last[rt.subject] >= 5 }))
+	col.stop()
+
+	s1.Stop()   // the broker goes away
+	write(6, 8) // the writers go on
+	select {
+	case err := <-errs: // the relay tried to publish 6 and failed
+		require.Error(t, err)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	s2, err := natsrun.Start(&natsrun.Options{Port: port, Dir: dir})
+	require.NoError(t, err)
+	defer s2.Stop()
+	write(9, 10)
+
+	b2, err := dialBroker(ctx, s2.URL(), n, false, 0)
+	require.NoError(t, err)
+	defer b2.close()
+	col2, err := collect(ctx, b2)
+	require.NoError(t, err)
+	defer col2.stop()
+	require.NoError(t, col2.wait(ctx, func(c *collector) bool { return c.last[rt.subject] >= 10 }))
+	counts := r.stop()
+	msgs, err := col2.result()
+	require.NoError(t, err)
+	var got []int64
+	for _, m := range msgs {
+		got = append(got, m.number)
+	}
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, got)
+	require.EqualValues(t, 10, counts.Published)
+	require.NotZero(t, counts.Errors, "the outage was felt")
+	require.EqualValues(t, 1, counts.Takeovers, "the relay kept its lease through the outage")
 }
