@@ -42,7 +42,7 @@ func relayOwner(i int) string { return "relay-" + strconv.Itoa(i) }
 // killInfo is what -kill did.
 type killInfo struct {
 	owner     string // the killed process's lease owner
-	lease     string // the lease it held
+	route     route  // the stream whose lease it held
 	fence     int64  // that holding's fence
 	published int    // messages read back from JetStream when it was killed
 	signaled  bool   // the process ended by SIGKILL
@@ -156,7 +156,7 @@ func (s *supervisor) killHolderAt(st relaySource, col *collector, rt route, publ
 					if relayOwner(i) == info.Owner {
 						s.mu.Lock()
 						s.victim = i
-						s.kill = &killInfo{owner: info.Owner, lease: rt.lease, fence: info.Fence, published: col.count()}
+						s.kill = &killInfo{owner: info.Owner, route: rt, fence: info.Fence, published: col.count()}
 						s.mu.Unlock()
 						_ = s.cmds[i].Process.Kill() // SIGKILL
 						return

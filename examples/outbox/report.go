@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/seqlease/seqlease/store"
@@ -157,13 +156,7 @@ func (r *report) verify(ledger map[route][]store.Entry, msgs []received, rows ma
 
 	if k := r.kill; k != nil {
 		before = len(r.problems)
-		stream := strings.TrimPrefix(k.lease, "outbox/relay/")
-		for _, rt := range routes {
-			if rt.lease == k.lease {
-				stream = rt.subject
-			}
-		}
-		for _, m := range bySubject[stream] {
+		for _, m := range bySubject[k.route.subject] {
 			if m.fence > k.fence {
 				r.takeover = &m
 				break
@@ -173,10 +166,10 @@ func (r *report) verify(ledger map[route][]store.Entry, msgs []received, rows ma
 			r.problem("relay process %s did not end by SIGKILL", k.owner)
 		}
 		if r.takeover == nil || r.takeover.relay == k.owner {
-			r.problem("nobody took %s over from %s", k.lease, k.owner)
+			r.problem("nobody took %s over from %s", k.route.lease, k.owner)
 		}
 		if len(r.problems) == before {
-			r.checks = append(r.checks, fmt.Sprintf("the holder of %s was killed (SIGKILL) and another relay took over", k.lease))
+			r.checks = append(r.checks, fmt.Sprintf("the holder of %s was killed (SIGKILL) and another relay took over", k.route.lease))
 		}
 	}
 }
@@ -196,13 +189,11 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "order rows               %d\n", r.rows)
 	fmt.Fprintf(w, "entries                  %d committed, %d gaps (%d left by -abandon)\n", r.committed, r.gaps, r.abandoned)
 	fmt.Fprintf(w, "messages in JetStream    %d\n", r.jsMessages)
-	survivors := ""
-	if r.kill != nil {
-		survivors = " (the killed process's counts died with it)"
-	}
-	fmt.Fprintf(w, "relays%s\n", survivors)
-	fmt.Fprintf(w, "                         %d published, %d duplicates dropped by JetStream, %d publishes fenced off, %d gaps skipped, %d leases taken, %d errors retried\n",
+	fmt.Fprintf(w, "relays                   %d published, %d duplicates dropped by JetStream, %d publishes fenced off, %d gaps skipped, %d leases taken, %d errors retried\n",
 		r.relays.Published, r.relays.Duplicates, r.relays.Fenced, r.relays.Gaps, r.relays.Takeovers, r.relays.Errors)
+	if r.kill != nil {
+		fmt.Fprintln(w, "                         (the survivors' counts: the killed process's died with it)")
+	}
 	written := r.placed + r.declined
 	fmt.Fprintf(w, "written                  %d orders in %v (%.0f orders/s)\n", written, r.writeElapsed.Round(time.Millisecond), float64(written)/r.writeElapsed.Seconds())
 	fmt.Fprintf(w, "published                %d messages in %v from the first write (%.0f messages/s)\n", r.jsMessages, r.publishElapsed.Round(time.Millisecond), float64(r.jsMessages)/r.publishElapsed.Seconds())
@@ -212,7 +203,7 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "lag when writing ended   %d messages: the relays kept pace (the last message was in JetStream before the last writer returned)\n", r.lagAtEnd)
 	}
 	if k := r.kill; k != nil {
-		fmt.Fprintf(w, "killed                   %s (SIGKILL: %v), holding %s with fence %d, after %d messages\n", k.owner, k.signaled, k.lease, k.fence, k.published)
+		fmt.Fprintf(w, "killed                   %s (SIGKILL: %v), holding %s with fence %d, after %d messages\n", k.owner, k.signaled, k.route.lease, k.fence, k.published)
 		if t := r.takeover; t != nil {
 			fmt.Fprintf(w, "taken over by            %s with fence %d, from entry %d\n", t.relay, t.fence, t.number)
 		}
