@@ -33,7 +33,7 @@ func TestOutbox(t *testing.T) {
 			}
 			c := config{
 				orders: 400, writers: 8, streams: 3, customers: 40, decline: 10, abandon: 25, seed: 3,
-				dsn: dsn, schema: schema, procs: 1, relayTTL: time.Second, dedupe: time.Minute,
+				dsn: dsn, schema: schema, procs: 1, relayTTL: 10 * time.Second, dedupe: time.Minute, // no failover here
 			}
 			rep, err := run(context.Background(), c)
 			require.NoError(t, err)

@@ -110,14 +110,14 @@ func TestRelayResumes(t *testing.T) {
 	}
 
 	write(1, 5)
-	r1, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "first", ttl: time.Second})
+	r1, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "first", ttl: 30 * time.Second})
 	require.NoError(t, err)
 	upTo(5)
 	c1 := r1.stop()
 	require.Equal(t, relayCounts{Published: 4, Gaps: 1, Takeovers: 1}, c1)
 
 	write(6, 8)
-	r2, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "second", ttl: time.Second})
+	r2, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "second", ttl: 30 * time.Second})
 	require.NoError(t, err)
 	upTo(8)
 	c2 := r2.stop()
@@ -247,7 +247,7 @@ func TestRelayBrokerOutage(t *testing.T) {
 	}
 	errs := make(chan error, 1)
 	write(1, 5)
-	r, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "relay", ttl: time.Second, errs: errs})
+	r, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "relay", ttl: 30 * time.Second, errs: errs})
 	require.NoError(t, err)
 	col, err := collect(ctx, b)
 	require.NoError(t, err)
