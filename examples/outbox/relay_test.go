@@ -162,6 +162,10 @@ func TestVerifyCatches(t *testing.T) {
 		return r
 	}
 	require.NoError(t, check(good, rows).err())
+	holed := map[route][]store.Entry{rt: {ledger[rt][0], ledger[rt][2], ledger[rt][3]}}
+	rep := &report{placed: 3, jsMessages: 3}
+	rep.verify(holed, good, rows)
+	require.Contains(t, strings.Join(rep.problems, "\n"), "a hole")
 
 	for name, tc := range map[string]struct {
 		msgs []received
@@ -175,6 +179,7 @@ func TestVerifyCatches(t *testing.T) {
 		"wrong payload": {msgs: []received{good[0], msg(3, 1, payload("o9", 2)), good[2]}, want: "want entry 3"},
 		"fence back":    {msgs: []received{good[0], good[1], msg(4, 0, payload("o3", 3))}, want: "under fence 0 after fence 1"},
 		"row missing":   {msgs: good, rows: map[string]int{"o1": 1, "o2": 2}, want: "without its row"},
+		"message lost":  {msgs: good[:2], rows: map[string]int{"o1": 1, "o2": 2, "o3": 3}, want: "o3 has a row but no message"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := rows
