@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -22,6 +23,8 @@ import (
 //	MultiCommitter  yes           yes             sequence: ready commits of many streams in one transaction
 //	TxCommitter[T]  -             yes (pgx.Tx)    sequence.CommitTx: the caller's writes in the committing transaction
 //	EarlyAcquirer   -             yes             lease: the next acquire batch is sent while this one's commit is flushed
+//	TxRecoverer[T]  -             yes (pgx.Tx)    cleanup's MoveTx: the application's writes in the transaction that moves expired work
+//	HookQueue       yes           yes             cleanup's DurableHook: hook records written with the resolution, delivered at least once
 //	Appender        yes           yes             sequence.Leaser.Append: entries born committed, in one statement
 
 // InProcess is implemented by a backend that answers in process, without a
@@ -240,6 +243,153 @@ func ValidateAppend(stream string, reqs []AppendRequest, p *AppendParams) error 
 		}
 		if err := ValidateText("kind", reqs[i].Kind); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// TxRecoverer is implemented by a backend whose moves of expired work can
+// run the caller's function inside the moving transaction, so that the
+// writes the holder would have made with its commit (sequence.CommitTx)
+// and the move are atomic; T is the backend's transaction type (pgx.Tx for
+// store/postgres).
+type TxRecoverer[T any] interface {
+	// RecoverExpiredTx is RecoverExpiredBatch in one transaction in which
+	// fn runs after the moves, with moved[i] the new number of items[i]
+	// (0: not moved; the results say why). fn is not called when nothing
+	// moved. If fn fails, the transaction rolls back, nothing moves, and
+	// RecoverExpiredTx returns an error wrapping fn's. Any other error
+	// leaves the outcome unknown, as for RecoverExpiredBatch: read the
+	// entries back.
+	RecoverExpiredTx(ctx context.Context, stream string, items []RecoverItem, p *RecoverBatchParams,
+		fn func(ctx context.Context, tx T, moved []int64) error) ([]RecoverResult, error)
+}
+
+// PendingHook is the record of a hook still to deliver for an expired
+// entry that was resolved (HookQueue).
+type PendingHook struct {
+	// Entry is the entry as it was found expired: state Leased, with its
+	// token, owner, operation id, kind, lease times and renewals. (It is
+	// resolved by now; the record keeps these fields even if retention
+	// trims the entry.)
+	Entry Entry
+	// Attempts counts the claims of the record, this one included; it
+	// fences AckHook and RetryHook.
+	Attempts int
+	// CreatedAt is when the resolution recorded it, on the backend's clock.
+	CreatedAt time.Time
+	// LastError is why the last delivery failed; empty if none did.
+	LastError string
+}
+
+// ClaimHooksParams are the options of ClaimHooks.
+type ClaimHooksParams struct {
+	// Limit is the most records claimed; 0 means DefaultListLimit, at most
+	// MaxListLimit.
+	Limit int
+	// For is how long the claim keeps other deliverers off the records
+	// (a visibility timeout): a record neither acknowledged nor retried
+	// by then is due again. Required, in (0, MaxHookClaim].
+	For time.Duration
+	Now *time.Time
+}
+
+// MaxHookClaim bounds ClaimHooksParams.For.
+const MaxHookClaim = 24 * time.Hour
+
+// MaxHookError bounds the message RetryHook keeps, in bytes.
+const MaxHookError = 1024
+
+// HookStats describes the pending hooks at one instant.
+type HookStats struct {
+	Pending int64 // records not yet acknowledged
+	Failing int64 // of which a delivery failed at least once
+	// OldestAt is the creation time of the oldest record; zero if none.
+	OldestAt time.Time
+}
+
+// HookQueue is implemented by a backend that keeps the records of hooks
+// still to deliver: the resolving calls write them when asked (the Hook
+// field of ResolveExpiredParams, RecoverParams and RecoverBatchParams), in
+// the resolution's transaction, so a crash cannot separate a resolution
+// from its record; a deliverer claims due records, runs the hook and
+// acknowledges it, so each hook is delivered at least once. On PostgreSQL
+// the records survive any crash; in memory they live as long as the Store.
+type HookQueue interface {
+	// ClaimHooks claims the due records (up to p.Limit, the longest due
+	// first) for p.For: each one's Attempts grows by one and it is not due
+	// again before the claim ends. Concurrent claimers never get the same
+	// record while its claim lasts.
+	ClaimHooks(ctx context.Context, p *ClaimHooksParams) ([]PendingHook, error)
+	// AckHook deletes the record of a delivered hook, if its Attempts is
+	// still attempts (no later claim took it); true if it deleted it.
+	AckHook(ctx context.Context, stream string, number int64, attempts int) (bool, error)
+	// RetryHook makes a record whose delivery failed due again after
+	// delay, keeping msg (cut to MaxHookError bytes) as its LastError, if
+	// its Attempts is still attempts; true if it changed it.
+	RetryHook(ctx context.Context, stream string, number int64, attempts int, delay time.Duration, msg string) (bool, error)
+	// AddHooks records pending hooks for entries of stream already
+	// resolved, unless they have one: for resolutions made without Hook
+	// (a custom recovery step's). Numbers that are not resolved entries
+	// are skipped. It returns the numbers it recorded.
+	AddHooks(ctx context.Context, stream string, numbers []int64) ([]int64, error)
+	// HookStats counts the records.
+	HookStats(ctx context.Context) (HookStats, error)
+}
+
+// ValidateClaimHooks checks a ClaimHooks call and returns its limit.
+func ValidateClaimHooks(p *ClaimHooksParams) (int, error) {
+	if p == nil {
+		return 0, fmt.Errorf("%w: nil ClaimHooksParams", ErrInvalidArgument)
+	}
+	if p.For <= 0 || p.For > MaxHookClaim {
+		return 0, fmt.Errorf("%w: claim for %v, must be in (0, %v]", ErrInvalidArgument, p.For, MaxHookClaim)
+	}
+	return ListLimit(p.Limit)
+}
+
+// ValidateHookRef checks the record a call of AckHook or RetryHook names.
+func ValidateHookRef(stream string, number int64, attempts int) error {
+	if err := ValidateStream(stream); err != nil {
+		return err
+	}
+	if number < 1 {
+		return fmt.Errorf("%w: %d", ErrInvalidNumber, number)
+	}
+	if attempts < 1 {
+		return fmt.Errorf("%w: attempts %d, must be at least 1", ErrInvalidArgument, attempts)
+	}
+	return nil
+}
+
+// ValidateRetryHook checks a RetryHook call and returns msg as kept: valid
+// UTF-8 without NUL bytes, at most MaxHookError bytes.
+func ValidateRetryHook(stream string, number int64, attempts int, delay time.Duration, msg string) (string, error) {
+	if err := ValidateHookRef(stream, number, attempts); err != nil {
+		return "", err
+	}
+	if delay < 0 || delay > MaxHookClaim {
+		return "", fmt.Errorf("%w: delay %v, must be in [0, %v]", ErrInvalidArgument, delay, MaxHookClaim)
+	}
+	msg = strings.ReplaceAll(strings.ToValidUTF8(msg, "\uFFFD"), "\x00", "")
+	if len(msg) > MaxHookError {
+		msg = strings.ToValidUTF8(msg[:MaxHookError], "")
+	}
+	return msg, nil
+}
+
+// ValidateAddHooks checks an AddHooks call: a valid stream and 1..MaxBatch
+// numbers, each at least 1.
+func ValidateAddHooks(stream string, numbers []int64) error {
+	if err := ValidateStream(stream); err != nil {
+		return err
+	}
+	if len(numbers) == 0 || len(numbers) > MaxBatch {
+		return fmt.Errorf("%w: %d numbers, must be 1..%d", ErrInvalidCount, len(numbers), MaxBatch)
+	}
+	for _, n := range numbers {
+		if n < 1 {
+			return fmt.Errorf("%w: %d", ErrInvalidNumber, n)
 		}
 	}
 	return nil

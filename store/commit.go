@@ -67,7 +67,11 @@ type RecoverParams struct {
 	Reason string
 	// Owner is recorded on the new entry (the recovering process).
 	Owner string
-	Now   *time.Time
+	// Hook records a pending hook for the old entry, in the same
+	// transaction (HookQueue). Only a backend that is a HookQueue
+	// honours it.
+	Hook bool
+	Now  *time.Time
 }
 
 // ValidateRecover checks a RecoverExpired call.
@@ -121,7 +125,11 @@ type RecoverBatchParams struct {
 	Reason string
 	// Owner is recorded on the new entries (the recovering process).
 	Owner string
-	Now   *time.Time
+	// Hook records a pending hook for every old entry that moved, in the
+	// same transaction (HookQueue). Only a backend that is a HookQueue
+	// honours it.
+	Hook bool
+	Now  *time.Time
 }
 
 // RecoverResult is the outcome of one RecoverItem.

@@ -20,6 +20,8 @@
 //	MultiCommitter  commits of many streams in one transaction (memory, PostgreSQL)
 //	TxCommitter[T]  the caller's function in the committing transaction (PostgreSQL, pgx.Tx)
 //	EarlyAcquirer   an acquire batch decided before it is durable (PostgreSQL)
+//	TxRecoverer[T]  the caller's function in the transaction that moves expired work (PostgreSQL, pgx.Tx)
+//	HookQueue       records of hooks to deliver, written with the resolutions (memory, PostgreSQL)
 //	Appender        entries born committed, numbers and payloads in one step (memory, PostgreSQL)
 //
 // The conformance suite checks each capability on every backend that has

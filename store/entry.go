@@ -152,7 +152,12 @@ type ExtendParams struct {
 type ResolveExpiredParams struct {
 	Reason      string // gap reason; empty means ReasonExpired
 	RecoveredAs int64  // the number the work moved to, if it did
-	Now         *time.Time
+	// Hook records a pending hook for every entry the call resolves, in
+	// the same transaction (HookQueue, store/capability.go). Only a
+	// backend that is a HookQueue honours it; the cleanup loop sets it
+	// only on one.
+	Hook bool
+	Now  *time.Time
 }
 
 // ListExpiredParams select expired leases. Results come in (stream, number)

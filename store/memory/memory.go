@@ -28,7 +28,8 @@ type Store struct {
 	watchMu sync.Mutex                   // serialises changes to sinks
 	sinks   atomic.Pointer[[]store.Sink] // copy on write; read without a lock
 
-	named namedLeases // named leases: namedlease.go
+	named namedLeases  // named leases: namedlease.go
+	hooks pendingHooks // pending hooks: hooks.go
 	inbox inbox       // inbox records: inbox.go
 }
 
@@ -358,6 +359,9 @@ func (s *Store) ResolveExpired(ctx context.Context, name string, number int64, p
 		return fmt.Errorf("resolve expired: %w", err)
 	}
 	defer st.mu.Unlock()
+	if p.Hook {
+		s.hooks.add(e.entry(name, number), now)
+	}
 	e.setText(xReason, reason)
 	e.recoveredAs = p.RecoveredAs
 	s.resolve(name, st, e, number, stateGap, now)
@@ -389,6 +393,9 @@ func (s *Store) ResolveExpiredBatch(ctx context.Context, name string, numbers []
 		if err != nil || e.slot.state != stateLeased || now.Before(e.time(tExpires)) {
 			continue
 		}
+		if p.Hook {
+			s.hooks.add(e.entry(name, n), now)
+		}
 		e.setText(xReason, reason)
 		s.resolve(name, st, e, n, stateGap, now)
 		resolved = append(resolved, n)
@@ -416,6 +423,9 @@ func (s *Store) RecoverExpired(ctx context.Context, name string, number int64, p
 // number. st.mu must be held.
 func (s *Store) moveLocked(name string, st *stream, number int64, now time.Time, p *store.RecoverParams) int64 {
 	old := st.at(number)
+	if p.Hook {
+		s.hooks.add(old.entry(name, number), now)
+	}
 	e := st.add(store.NewToken(), p.Owner, old.text(xOperation), old.text(xKind), now, now) // leased; resolved just below
 	moved := st.last
 	e.setPayload(p.Payload)
@@ -467,7 +477,7 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, name string, items []st
 			continue
 		}
 		out[i].Moved = s.moveLocked(name, st, it.Number, now, &store.RecoverParams{
-			Payload: it.Payload, RecoveryType: it.RecoveryType, Reason: p.Reason, Owner: p.Owner})
+			Payload: it.Payload, RecoveryType: it.RecoveryType, Reason: p.Reason, Owner: p.Owner, Hook: p.Hook})
 	}
 	return out, nil
 }

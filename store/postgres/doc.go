@@ -95,6 +95,24 @@
 // loop over the stream's unresolved entries, which made a batch of 500 moves
 // 50 times slower.
 //
+// RecoverExpiredTx runs the same statement in an interactive transaction
+// followed by the caller's function (store.TxRecoverer[pgx.Tx]): the
+// application's writes for the moved work commit with the moves or not at
+// all.
+//
+// # Pending hooks
+//
+// A third table, pending_hooks (migration 000005), holds the records of
+// the cleanup loop's durable hooks (store.HookQueue). A resolving call
+// asked to record them (the Hook field of its params) runs a variant of its
+// statement with one more data-modifying CTE that inserts a record for each
+// entry the statement resolved, copied from the row it updated: the record
+// commits with the resolution or not at all, and the hot statements without
+// hooks are unchanged. ClaimHooks takes due records with FOR UPDATE SKIP
+// LOCKED and makes them due again only when the claim ends (a visibility
+// timeout), so a deliverer that dies mid-delivery leaves its records to the
+// next; AckHook and RetryHook are fenced by the claim's attempt number.
+//
 // # Pool saturation
 //
 // PoolSaturation (on the Store, or on any pool's statistics) is the share

@@ -276,7 +276,11 @@ func (s *Store) ResolveExpired(ctx context.Context, stream string, number int64,
 		return fmt.Errorf("resolve expired: %w", err)
 	}
 	for range maxAttempts {
-		tag, err := s.db.Exec(ctx, s.q.resolveExpired, stream, number, reason, p.RecoveredAs, p.Now)
+		sql := s.q.resolveExpired
+		if p.Hook {
+			sql = s.q.resolveExpiredHook
+		}
+		tag, err := s.db.Exec(ctx, sql, stream, number, reason, p.RecoveredAs, p.Now)
 		if err != nil {
 			return interpretError("resolve expired", err)
 		}
@@ -302,7 +306,11 @@ func (s *Store) ResolveExpiredBatch(ctx context.Context, stream string, numbers 
 		return nil, fmt.Errorf("resolve expired batch: %w", err)
 	}
 	lo, hi := slices.Min(numbers), slices.Max(numbers)
-	rows, err := s.db.Query(ctx, s.q.resolveExpiredBatch, stream, numbers, reason, p.Now, lo, hi)
+	sql := s.q.resolveExpiredBatch
+	if p.Hook {
+		sql = s.q.resolveExpiredBatchHook
+	}
+	rows, err := s.db.Query(ctx, sql, stream, numbers, reason, p.Now, lo, hi)
 	if err != nil {
 		return nil, interpretError("resolve expired batch", err)
 	}
@@ -324,9 +332,13 @@ func (s *Store) RecoverExpired(ctx context.Context, stream string, number int64,
 		return 0, fmt.Errorf("recover expired: %w", err)
 	}
 	reason := cmp.Or(p.Reason, store.ReasonRecovered)
+	sql := s.q.recoverExpired
+	if p.Hook {
+		sql = s.q.recoverExpiredHook
+	}
 	for range maxAttempts {
 		var moved int64
-		err := s.db.QueryRow(ctx, s.q.recoverExpired, stream, number, p.Owner, p.Payload, p.RecoveryType, reason, p.Now).Scan(&moved)
+		err := s.db.QueryRow(ctx, sql, stream, number, p.Owner, p.Payload, p.RecoveryType, reason, p.Now).Scan(&moved)
 		if err == nil {
 			s.notes.resolved(ctx, stream, 0, number, moved)
 			return moved, nil
@@ -351,6 +363,21 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, stream string, items []
 	if err := store.ValidateRecoverBatch(stream, items, p); err != nil {
 		return nil, fmt.Errorf("recover expired batch: %w", err)
 	}
+	moved, err := s.moveRows(ctx, s.db, stream, items, p)
+	if err != nil {
+		return nil, interpretError("recover expired batch", err)
+	}
+	return s.movedResults(ctx, stream, items, moved, "recover expired batch")
+}
+
+// rowsQuerier runs a statement that returns rows: a DB or a transaction.
+type rowsQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// moveRows runs recoverExpiredBatch (or its hooked variant) on q and
+// returns the new number of each old number that moved.
+func (s *Store) moveRows(ctx context.Context, q rowsQuerier, stream string, items []store.RecoverItem, p *store.RecoverBatchParams) (map[int64]int64, error) {
 	numbers := make([]int64, len(items))
 	payloads := make([][]byte, len(items))
 	types := make([]string, len(items))
@@ -358,9 +385,13 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, stream string, items []
 		numbers[i], payloads[i], types[i] = it.Number, it.Payload, it.RecoveryType
 	}
 	reason := cmp.Or(p.Reason, store.ReasonRecovered)
-	rows, err := s.db.Query(ctx, s.q.recoverExpiredBatch, stream, numbers, payloads, types, p.Owner, reason, p.Now)
+	sql := s.q.recoverExpiredBatch
+	if p.Hook {
+		sql = s.q.recoverExpiredBatchHook
+	}
+	rows, err := q.Query(ctx, sql, stream, numbers, payloads, types, p.Owner, reason, p.Now)
 	if err != nil {
-		return nil, interpretError("recover expired batch", err)
+		return nil, err
 	}
 	moved := map[int64]int64{}
 	var old, to int64
@@ -369,8 +400,14 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, stream string, items []
 		return nil
 	})
 	if err != nil {
-		return nil, interpretError("recover expired batch", err)
+		return nil, err
 	}
+	return moved, nil
+}
+
+// movedResults notices the moves that committed and explains the items
+// that did not move.
+func (s *Store) movedResults(ctx context.Context, stream string, items []store.RecoverItem, moved map[int64]int64, op string) ([]store.RecoverResult, error) {
 	if len(moved) > 0 {
 		var resolved []int64
 		for old, to := range moved {
@@ -390,7 +427,7 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, stream string, items []
 	}
 	why, err := s.explainBatch(ctx, stream, left)
 	if err != nil {
-		return nil, fmt.Errorf("recover expired batch: the moves committed, but explaining the rest failed: %w", err)
+		return nil, fmt.Errorf("%s: the moves committed, but explaining the rest failed: %w", op, err)
 	}
 	for i, it := range items {
 		if out[i].Moved == 0 {

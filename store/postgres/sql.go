@@ -18,6 +18,13 @@ type queries struct {
 	fillProbe, trim, recoverExpired              string
 	resolveExpiredBatch, streams                 string
 	recoverExpiredBatch, probeBatch              string
+
+	// the resolving statements that also record a pending hook per entry
+	// they resolve (hooks.go)
+	resolveExpiredHook, resolveExpiredBatchHook string
+	recoverExpiredHook, recoverExpiredBatchHook string
+	claimHooks, ackHook, retryHook, addHooks    string
+	hookStats                                   string
 	appendEntries, xactID, confirm               string
 }
 
@@ -137,8 +144,8 @@ WITH u AS (
 		-- slice of the stream's unresolved entries, not all of them
 		AND number BETWEEN $5 AND $6
 		AND expires_at <= ` + nowf(4) + `
-	RETURNING number
-)
+	RETURNING ` + hookSource + `
+){hook}
 SELECT u.number FROM u ORDER BY u.number`,
 
 		// One statement, so one transaction, moves expired work to a new
@@ -167,8 +174,8 @@ WITH old AS (
 	UPDATE {s}.entries e
 	SET state = 'gap', gap_reason = $6, recovered_as = ins.number, resolved_at = ` + nowf(7) + `
 	FROM ins WHERE e.stream = $1 AND e.number = $2
-	RETURNING e.number
-)
+	RETURNING ` + hookSourceE + `
+){hook}
 SELECT ins.number FROM ins, gap`,
 
 		// recoverExpired for several entries of a stream in one statement,
@@ -210,8 +217,8 @@ WITH old AS (
 	UPDATE {s}.entries e
 	SET state = 'gap', gap_reason = $6, recovered_as = ins.number, resolved_at = ` + nowf(7) + `
 	FROM ins WHERE e.stream = $1 AND e.number = ins.recovered_from
-	RETURNING e.number, e.recovered_as
-)
+	RETURNING e.recovered_as, ` + hookSourceE + `
+){hook}
 SELECT gap.number, gap.recovered_as FROM gap ORDER BY gap.number`,
 
 		// Append is Lease's statement inserting committed entries: the
@@ -352,12 +359,33 @@ SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p LEFT JOIN c ON true`
 		fillGap:        fillGapSQL,
 		fillProbe:      fillProbeSQL,
 		trim:           trimSQL,
+
+		claimHooks: claimHooksSQL, // hooks.go
+		ackHook:    ackHookSQL,
+		retryHook:  retryHookSQL,
+		addHooks:   addHooksSQL,
+		hookStats:  hookStatsSQL,
+	}
+	// The hooked variants: the same statement with one more CTE that
+	// records a pending hook for each entry it resolved.
+	q.resolveExpiredHook = `
+WITH u AS (` + strings.TrimSpace(q.resolveExpired) + `
+	RETURNING ` + hookSource + `
+), h AS (` + hookInsert("u") + `)
+SELECT u.number FROM u`
+	q.resolveExpiredBatchHook = strings.Replace(q.resolveExpiredBatch, "{hook}", ", h AS ("+hookInsert("u")+")", 1)
+	q.recoverExpiredHook = strings.Replace(q.recoverExpired, "{hook}", ", h AS ("+hookInsert("gap")+")", 1)
+	q.recoverExpiredBatchHook = strings.Replace(q.recoverExpiredBatch, "{hook}", ", h AS ("+hookInsert("gap")+")", 1)
+	for _, p := range []*string{&q.resolveExpiredBatch, &q.recoverExpired, &q.recoverExpiredBatch} {
+		*p = strings.Replace(*p, "{hook}", "", 1)
 	}
 	for _, p := range []*string{&q.lease, &q.leaseMulti, &q.commit, &q.release, &q.extend, &q.resolveExpired,
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
 		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams,
-		&q.recoverExpiredBatch, &q.probeBatch, &q.appendEntries, &q.confirm} {
+		&q.recoverExpiredBatch, &q.probeBatch, &q.appendEntries, &q.confirm, &q.resolveExpiredHook,
+		&q.resolveExpiredBatchHook, &q.recoverExpiredHook, &q.recoverExpiredBatchHook, &q.claimHooks,
+		&q.ackHook, &q.retryHook, &q.addHooks, &q.hookStats} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

@@ -43,6 +43,9 @@ func capabilities(s Store) []group {
 	if _, ok := s.(store.Appender); ok {
 		out = append(out, group{"Append", testAppend})
 	}
+	if _, ok := s.(store.HookQueue); ok {
+		out = append(out, group{"Hooks", testHooks})
+	}
 	if _, ok := s.(Interrupter); ok {
 		out = append(out, group{"Interrupted", testInterrupted})
 	}
