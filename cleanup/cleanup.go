@@ -158,8 +158,40 @@ type Config struct {
 	// the cycle lasts. The boost is process-local: only this Leaser's
 	// default changes, not other processes'. Optional.
 	Booster TTLBooster
-	// Hooks run for every expired lease this Service resolves. Optional.
+	// Hooks run for every expired lease this Service resolves, best
+	// effort: a crash between a resolution and its hooks skips them.
+	// Optional.
 	Hooks []HookFunc
+	// DurableHook, if set, runs at least once for every expired lease
+	// this Service resolves, surviving a crash: the resolving statement
+	// records it (store.HookQueue; on PostgreSQL in the table
+	// pending_hooks), and a deliverer of this Service (started by Start)
+	// runs it and deletes the record only once it returned nil; a failure
+	// is retried after a backoff (1 s doubling up to MaxBackoff). Any
+	// Service with a DurableHook on the same store delivers the records
+	// any other left, so a hook may run more than once (a crash after it
+	// ran, before its record was deleted): make it idempotent, keyed by
+	// the entry's stream and number. HookTimeout, HookConcurrency and
+	// HookGrace apply to it too. Requires a store that is a
+	// store.HookQueue (both backends are; in memory nothing survives the
+	// process). Optional.
+	DurableHook HookFunc
+	// HookPoll is how often the deliverer looks for durable hooks due
+	// (records left by other processes, retries); it also looks at once
+	// whenever this Service resolved entries. Default: DefaultHookPoll
+	// (5 s).
+	HookPoll time.Duration
+	// MoveTx, if set, runs inside the transaction that moves expired work
+	// to new numbers (recovery steps PartialWork and Retry), with the
+	// moves: the application's writes that the holders would have made in
+	// their committing transactions (sequence.CommitTx) commit with the
+	// moves or not at all. Set it to a MoveTxFunc[T] of the backend's
+	// transaction type: cleanup.MoveTxFunc[pgx.Tx](fn) on PostgreSQL. If
+	// it fails, nothing of the batch moves: the entries stay expired and
+	// are tried again next cycle, a failed recovery (MaxRecoveryAttempts
+	// applies). New refuses it on a store that cannot run it
+	// (store.TxRecoverer[T]; the memory backend cannot). Optional.
+	MoveTx TxMover
 	// HookTimeout bounds each hook. Default: DefaultHookTimeout (10 s).
 	HookTimeout time.Duration
 	// HookConcurrency is how many hooks run at once. Default:
@@ -255,6 +287,8 @@ type Service struct {
 	}
 	booster    TTLBooster
 	hooks      *hookRunner
+	durable    *deliverer // nil without Config.DurableHook
+	moveTx     TxMover    // nil without Config.MoveTx
 	maxBackoff time.Duration
 	qTimeout   time.Duration
 	owner      string
@@ -327,6 +361,16 @@ func New(s Store, cfg *Config) (*Service, error) {
 		return nil, fmt.Errorf("cleanup: Config.MaxBackoff %v is negative: %w", cfg.MaxBackoff, store.ErrInvalidArgument)
 	case cfg.QueryTimeout < 0:
 		return nil, fmt.Errorf("cleanup: Config.QueryTimeout %v is negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
+	case cfg.HookPoll < 0 || cfg.HookPoll > MaxInterval:
+		return nil, fmt.Errorf("cleanup: Config.HookPoll %v must be in 0..%v: %w", cfg.HookPoll, MaxInterval, store.ErrInvalidArgument)
+	case cfg.MoveTx != nil && !cfg.MoveTx.supports(s):
+		return nil, fmt.Errorf("cleanup: Config.MoveTx: %w: the store runs no functions of %s in the transaction that moves expired work (store.TxRecoverer): %w",
+			store.ErrUnsupported, cfg.MoveTx.txType(), store.ErrInvalidArgument)
+	}
+	hq, isHookQueue := s.(store.HookQueue)
+	if cfg.DurableHook != nil && !isHookQueue {
+		return nil, fmt.Errorf("cleanup: Config.DurableHook: %w: the store keeps no hook records (store.HookQueue): %w",
+			store.ErrUnsupported, store.ErrInvalidArgument)
 	}
 	owner := cmp.Or(cfg.Owner, "seqlease-cleanup")
 	if err := store.ValidateText("owner", owner); err != nil {
@@ -354,6 +398,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 		logger:      logger,
 		observer:    cfg.Observer,
 		attempts:    map[string]attempt{},
+		moveTx:      cfg.MoveTx,
 	}
 	sv.cascade.threshold = cmp.Or(cfg.CascadeThreshold, DefaultCascadeThreshold)
 	sv.cascade.batch = cmp.Or(cfg.CascadeBatch, DefaultCascadeBatch)
@@ -403,6 +448,9 @@ func New(s Store, cfg *Config) (*Service, error) {
 	sv.hooks = newHookRunner(cfg.Hooks, cmp.Or(cfg.HookTimeout, DefaultHookTimeout),
 		cmp.Or(cfg.HookConcurrency, DefaultHookConcurrency), cmp.Or(cfg.HookQueue, DefaultHookQueue),
 		cmp.Or(cfg.HookGrace, DefaultHookGrace), logger, cfg.Observer)
+	if cfg.DurableHook != nil {
+		sv.durable = newDeliverer(hq, sv, cfg)
+	}
 	sv.wake.init()
 	return sv, nil
 }
@@ -421,6 +469,9 @@ func (sv *Service) Start(ctx context.Context) error {
 	sv.started = true
 	ctx, sv.cancel = context.WithCancelCause(ctx)
 	sv.wake.open(ctx)
+	if sv.durable != nil {
+		sv.durable.start(ctx)
+	}
 	sv.done = make(chan struct{})
 	go func() {
 		defer close(sv.done)
@@ -445,7 +496,12 @@ func (sv *Service) Stop() {
 		<-done
 	}
 	sv.wake.close()
-	sv.hooks.stop()
+	var hooks sync.WaitGroup // the grace periods run side by side
+	hooks.Go(sv.hooks.stop)
+	if sv.durable != nil {
+		hooks.Go(sv.durable.stop)
+	}
+	hooks.Wait()
 	if sv.leases != nil {
 		sv.leases.Stop()
 	}

@@ -132,6 +132,9 @@ func (w *walk) handle(ctx context.Context, e store.Entry) bool {
 		return false
 	}
 	r, err := p.Run(rctx, e, observe)
+	if err == nil && r.Recovered && !r.Elsewhere && sv.durable != nil {
+		w.addHook(ctx, e)
+	}
 	return w.settle(ctx, it, r, err) && w.c.pace(ctx, 1)
 }
 
@@ -184,7 +187,7 @@ func (w *walk) gaps(ctx context.Context, run []pending) bool {
 		numbers[i] = it.e.Number
 	}
 	qctx, cancel := context.WithTimeout(ctx, sv.qTimeout)
-	resolved, err := sv.store.ResolveExpiredBatch(qctx, w.stream, numbers, nil)
+	resolved, err := sv.store.ResolveExpiredBatch(qctx, w.stream, numbers, &store.ResolveExpiredParams{Hook: sv.durable != nil})
 	cancel()
 	if err != nil {
 		return w.unknown(ctx, run, err)
@@ -209,11 +212,25 @@ func (w *walk) gaps(ctx context.Context, run []pending) bool {
 func (w *walk) moves(ctx context.Context, run []pending) bool {
 	sv := w.c.sv
 	items := make([]store.RecoverItem, len(run))
+	es := make([]store.Entry, len(run))
 	for i, it := range run {
 		items[i] = store.RecoverItem{Number: it.e.Number, Payload: it.plan.Work, RecoveryType: it.plan.Step}
+		es[i] = it.e
 	}
+	p := &store.RecoverBatchParams{Owner: sv.owner, Hook: sv.durable != nil}
 	qctx, cancel := context.WithTimeout(ctx, sv.qTimeout)
-	res, err := sv.store.RecoverExpiredBatch(qctx, w.stream, items, &store.RecoverBatchParams{Owner: sv.owner})
+	var res []store.RecoverResult
+	var err error
+	if sv.moveTx != nil {
+		var fnErr error
+		res, fnErr, err = sv.moveTx.recoverTx(qctx, sv.store, es, items, p)
+		if fnErr != nil {
+			cancel()
+			return w.rolledBack(ctx, run, fnErr)
+		}
+	} else {
+		res, err = sv.store.RecoverExpiredBatch(qctx, w.stream, items, p)
+	}
 	cancel()
 	if err != nil {
 		return w.unknown(ctx, run, err)
@@ -234,6 +251,21 @@ func (w *walk) moves(ctx context.Context, run []pending) bool {
 		ok = w.settle(ctx, it, r, err) && ok
 	}
 	return ok
+}
+
+// rolledBack settles a run whose moves Config.MoveTx rolled back: nothing
+// of it was written, and the failure counts against its first entry (the
+// rest waits behind it, in order).
+func (w *walk) rolledBack(ctx context.Context, run []pending, cause error) bool {
+	sv := w.c.sv
+	it := run[0]
+	err := fmt.Errorf("%w: %s/%d: %s: %w: %w", recovery.ErrUnrecovered, w.stream, it.e.Number, it.plan.Step, errMoveTx, cause)
+	sv.step(it.ctx, it.e, it.plan.Step, recovery.Result{}, err)
+	w.settle(ctx, it, recovery.Result{}, err)
+	for _, rest := range run[1:] {
+		rest.end(recovery.Result{}, errAbandoned)
+	}
+	return false
 }
 
 // unknown settles a run whose statement failed: it may have committed all
@@ -344,7 +376,30 @@ func (w *walk) settle(ctx context.Context, it pending, r recovery.Result, err er
 	c.res.Resolved[r.Method]++
 	c.report(it.e, w.seenAt, r, nil)
 	c.sv.hooks.add(it.ctx, it.e)
+	if c.sv.durable != nil {
+		c.sv.durable.wake()
+	}
 	return true
+}
+
+// addHook records the durable hook of e, which a step of a pipeline the
+// loop cannot plan (one with a custom step) resolved with its own write:
+// that write recorded none unless the step asked for it (the Hook field of
+// the store's params; then this adds nothing), so it is added now, in a
+// statement of its own. A crash between the two loses it, and so does a
+// failure here, which is logged and reported.
+func (w *walk) addHook(ctx context.Context, e store.Entry) {
+	sv := w.c.sv
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sv.qTimeout)
+	_, err := sv.durable.q.AddHooks(qctx, e.Stream, []int64{e.Number})
+	cancel()
+	if err != nil {
+		sv.logger.Error("cleanup: could not record the durable hook of an entry a custom step resolved; it will not run",
+			slog.String("stream", e.Stream), slog.Int64("number", e.Number), slog.Any("error", err))
+		if sv.observer != nil {
+			sv.observer.HookFailed(e, fmt.Errorf("%w: recording it failed: %w", ErrHookDropped, err))
+		}
+	}
 }
 
 // giveUp counts a failed recovery of it.e. The entry stays expired, unless
@@ -369,7 +424,7 @@ func (w *walk) giveUp(ctx context.Context, it pending, cause error) (recovery.Re
 	}
 	sv.logger.Error("cleanup: recovery kept failing; declaring the entry a gap", attrs...)
 	qctx, cancel := context.WithTimeout(ctx, sv.qTimeout)
-	err := sv.store.ResolveExpired(qctx, e.Stream, e.Number, &store.ResolveExpiredParams{Reason: recovery.ReasonRecoveryFailed})
+	err := sv.store.ResolveExpired(qctx, e.Stream, e.Number, &store.ResolveExpiredParams{Reason: recovery.ReasonRecoveryFailed, Hook: sv.durable != nil})
 	cancel()
 	r := recovery.Result{Recovered: true, Method: recovery.MethodGap, Reason: recovery.ReasonRecoveryFailed}
 	switch {
