@@ -40,6 +40,7 @@ const (
 	NameCleanupCycleExpired    = "seqlease.cleanup.cycle.expired"
 	NameCleanupCascadeActive   = "seqlease.cleanup.cascade.active"
 	NameCleanupHookFailures    = "seqlease.cleanup.hook.failures"
+	NameCleanupHooksPending    = "seqlease.cleanup.hooks.pending"
 	NameGapOpen                = "seqlease.gap.open"
 	NameGapCreated             = "seqlease.gap.created"
 	NameGapFilled              = "seqlease.gap.filled"
@@ -151,6 +152,7 @@ type Metrics struct {
 	nlHold                                 metric.Float64Histogram
 	lag, gapOpen, cycleExpired             metric.Int64ObservableGauge
 	cascadeActive, alertActive             metric.Int64ObservableGauge
+	hooksPending                           metric.Int64ObservableGauge
 	nlLongHeld                             metric.Int64ObservableGauge
 	registration                           metric.Registration
 
@@ -164,6 +166,7 @@ type Metrics struct {
 
 	cascade     atomic.Int64 // 1 while cleanup is in cascade mode
 	lastExpired atomic.Int64 // expired leases found by the last cycle
+	pending     atomic.Int64 // durable hooks pending, as last told; -1: never told
 
 	leaser      *LeaserObserver
 	cleanup     *CleanupObserver
@@ -219,6 +222,7 @@ func New(cfg *Config) (*Metrics, error) {
 		now:        cfg.Now,
 		other:      &streamState{name: OtherStream},
 	}
+	m.pending.Store(-1)
 	if m.logger == nil {
 		m.logger = slog.New(slog.DiscardHandler)
 	}
@@ -275,6 +279,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.cycleExpired = gauge(NameCleanupCycleExpired, "{lease}", "Expired leases the last full cleanup scan found (re-runs of some streams do not count).")
 	m.cascadeActive = gauge(NameCleanupCascadeActive, "{mode}", "1 while the cleanup loop is in cascade mode (a mass expiry), else 0.")
 	m.hookFailures = counter(NameCleanupHookFailures, "{failure}", "Resource-cleanup hooks that failed, timed out, or never ran (dropped: the queue was full, or Stop's grace period ended).")
+	m.hooksPending = gauge(NameCleanupHooksPending, "{hook}", "Durable hooks recorded and not yet delivered, on the whole store, as the cleanup loop last counted them (a count that stays up is a hook that keeps failing).")
 	m.gapOpen = gauge(NameGapOpen, "{gap}", "Open (unfilled) gaps of the stream.")
 	m.gapCreated = counter(NameGapCreated, "{gap}", "Gaps created, by reason (released, expired, recovered, recovery-failed).")
 	m.gapFilled = counter(NameGapFilled, "{gap}", "Gaps filled through a fill policy, by their reason.")
@@ -287,7 +292,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("creating instruments: %w", err)
 	}
-	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld)
+	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending)
 	if err != nil {
 		return fmt.Errorf("registering the gauges' callback: %w", err)
 	}
@@ -405,6 +410,9 @@ func (m *Metrics) opt(k attrKey) metric.MeasurementOption {
 func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.cascadeActive, m.cascade.Load())
 	o.ObserveInt64(m.cycleExpired, m.lastExpired.Load())
+	if n := m.pending.Load(); n >= 0 {
+		o.ObserveInt64(m.hooksPending, n)
+	}
 	m.namedLeases.observe(o)
 	var openGaps int64
 	counted := false

@@ -236,6 +236,7 @@ func TestInstruments(t *testing.T) {
 	nl.Lost(ctx, "leader", 90*time.Second)
 	nl.Released(ctx, "leader", 30*time.Second)
 	defer nl.Held("leader")()
+	b.m.Cleanup().PendingHooks(store.HookStats{Pending: 3, Failing: 1})
 
 	got := b.collect(t)
 
@@ -253,6 +254,7 @@ func TestInstruments(t *testing.T) {
 		metrics.NameCleanupCycleExpired:    "{lease}",
 		metrics.NameCleanupCascadeActive:   "{mode}",
 		metrics.NameCleanupHookFailures:    "{failure}",
+		metrics.NameCleanupHooksPending:    "{hook}",
 		metrics.NameGapOpen:                "{gap}",
 		metrics.NameGapCreated:             "{gap}",
 		metrics.NameGapFilled:              "{gap}",
@@ -292,6 +294,7 @@ func TestInstruments(t *testing.T) {
 		"kind=invoice,method=gap,result=success,stream=orders":          1,
 	}, sums(metrics.NameRecoveryAttempts))
 	require.Equal(t, map[string]int64{sk: 1}, sums(metrics.NameCleanupHookFailures))
+	require.Equal(t, map[string]int64{"": 3}, sums(metrics.NameCleanupHooksPending))
 	require.Equal(t, map[string]int64{
 		"kind=invoice,reason=released,stream=orders":        1,
 		"kind=invoice,reason=recovery-failed,stream=orders": 1, // op-5: its tracker failed, the work was given up

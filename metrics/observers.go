@@ -34,14 +34,15 @@ const (
 
 // Compile-time checks: the observers are what the packages take.
 var (
-	_ sequence.Observer    = (*LeaserObserver)(nil)
-	_ cleanup.Observer     = (*CleanupObserver)(nil)
-	_ cleanup.StepObserver = (*CleanupObserver)(nil)
-	_ cleanup.Tracer       = (*CleanupObserver)(nil)
-	_ lease.Observer       = (*CleanupObserver)(nil)
-	_ lease.Observer       = (*NamedLeaseObserver)(nil)
-	_ gap.Observer         = (*GapObserver)(nil)
-	_ WatermarkSource      = (*barrier.Barrier)(nil)
+	_ sequence.Observer         = (*LeaserObserver)(nil)
+	_ cleanup.Observer          = (*CleanupObserver)(nil)
+	_ cleanup.StepObserver      = (*CleanupObserver)(nil)
+	_ cleanup.Tracer            = (*CleanupObserver)(nil)
+	_ cleanup.HookStatsObserver = (*CleanupObserver)(nil)
+	_ lease.Observer            = (*CleanupObserver)(nil)
+	_ lease.Observer            = (*NamedLeaseObserver)(nil)
+	_ gap.Observer              = (*GapObserver)(nil)
+	_ WatermarkSource           = (*barrier.Barrier)(nil)
 )
 
 // LeaserObserver records what a sequence.Leaser does: leases granted,
@@ -220,6 +221,10 @@ func (o *CleanupObserver) HookFailed(e store.Entry, _ error) {
 	m := o.m
 	m.hookFailures.Add(context.Background(), 1, m.opt(attrKey{shape: shapeStreamKind, stream: m.stream(e.Stream).name, kind: e.Kind}))
 }
+
+// PendingHooks implements cleanup.HookStatsObserver:
+// NameCleanupHooksPending.
+func (o *CleanupObserver) PendingHooks(st store.HookStats) { o.m.pending.Store(st.Pending) }
 
 // Step implements cleanup.StepObserver: NameRecoveryAttempts, the recovery
 // failure rate alert, and a "seqlease.recovery.step" event on the
