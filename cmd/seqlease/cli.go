@@ -62,6 +62,8 @@ commands:
   inbox [CONSUMER]         count the inbox records (of CONSUMER, else of every consumer); with
                            -purge-older-than D first delete those received more than D ago by the
                            database's clock, in batches of -batch N (default 1000)
+  hooks                    durable hooks of the cleanup loop not yet delivered: pending, failing
+                           (at least one failed delivery), age of the oldest
 
 The connection comes from -dsn, else DATABASE_URL, else the PG* environment variables.
 `
@@ -135,6 +137,8 @@ func (c *cli) run(ctx context.Context, args []string) error {
 		return c.forceRelease(ctx, args)
 	case "inbox":
 		return c.inbox(ctx, args)
+	case "hooks":
+		return c.hooks(ctx, args)
 	case "help":
 		fmt.Fprint(c.out, usage)
 		return nil
@@ -704,6 +708,41 @@ func (c *cli) leases(ctx context.Context, args []string) error {
 		after = ls[len(ls)-1].Name
 	}
 	return c.emit(out, []string{"NAME", "OWNER", "FENCE", "HELD FOR", "EXPIRES IN", "RENEWALS"}, rows)
+}
+
+// hooksRow is the hooks command's JSON.
+type hooksRow struct {
+	Pending  int64      `json:"pending"`
+	Failing  int64      `json:"failing"`
+	OldestAt *time.Time `json:"oldest_at"` // null when none is pending
+}
+
+func (c *cli) hooks(ctx context.Context, args []string) error {
+	fs := c.flags("hooks")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("hooks: unexpected %q", fs.Arg(0))
+	}
+	if err := c.connect(ctx); err != nil {
+		return err
+	}
+	st, err := c.store.HookStats(ctx)
+	if err != nil {
+		return c.explain(err, "")
+	}
+	row := hooksRow{Pending: st.Pending, Failing: st.Failing}
+	oldest := "-"
+	if !st.OldestAt.IsZero() {
+		row.OldestAt = &st.OldestAt
+		now, err := c.store.Now(ctx)
+		if err != nil {
+			return c.explain(err, "")
+		}
+		oldest = now.Sub(st.OldestAt).Round(time.Millisecond).String()
+	}
+	return c.emit(row, []string{"PENDING", "FAILING", "OLDEST"}, [][]string{{fmt.Sprint(st.Pending), fmt.Sprint(st.Failing), oldest}})
 }
 
 func (c *cli) forceRelease(ctx context.Context, args []string) error {

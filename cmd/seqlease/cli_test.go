@@ -406,3 +406,36 @@ func TestConnectionFromEnvironment(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, out, "cannot connect to PostgreSQL at (PG* environment)")
 }
+
+func TestHooks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	code, out, _ := seqlease(t, "-schema", schema, "hooks")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `PENDING\s+FAILING\s+OLDEST\n0\s+0\s+-\n`, out)
+
+	es, err := s.Lease(ctx, "h", []store.LeaseRequest{{TTL: time.Microsecond}, {TTL: time.Microsecond}}, nil)
+	require.NoError(t, err)
+	later := es[1].ExpiresAt.Add(time.Second)
+	_, err = s.ResolveExpiredBatch(ctx, "h", []int64{1, 2}, &store.ResolveExpiredParams{Hook: true, Now: &later})
+	require.NoError(t, err)
+	hs, err := s.ClaimHooks(ctx, &store.ClaimHooksParams{For: time.Minute, Limit: 1, Now: &later})
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	_, err = s.RetryHook(ctx, "h", hs[0].Entry.Number, 1, time.Hour, "boom")
+	require.NoError(t, err)
+	code, out, _ = seqlease(t, "-schema", schema, "hooks")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `\n2\s+1\s+\S+\n`, out)
+	code, out, _ = seqlease(t, "-schema", schema, "-json", "hooks")
+	require.Equal(t, 0, code)
+	var row hooksRow
+	require.NoError(t, json.Unmarshal([]byte(out), &row))
+	require.Equal(t, int64(2), row.Pending)
+	require.Equal(t, int64(1), row.Failing)
+	require.NotNil(t, row.OldestAt)
+}
