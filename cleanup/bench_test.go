@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/cleanup"
@@ -24,7 +25,12 @@ import (
 //   - partial-work-per-entry: the same through a custom step, which the loop
 //     cannot batch: one transaction per lease, for comparison;
 //   - default: a WorkTracker with partial work for every operation and the
-//     default Config, probe included (a backlog of 10,000 is high load).
+//     default Config, probe included (a backlog of 10,000 is high load);
+//   - gap+durable-hook, partial-work+durable-hook: gap and partial-work with
+//     a DurableHook, whose records the resolving statements write (the
+//     Service is not started: nothing is delivered);
+//   - partial-work+movetx: partial-work with a MoveTx that writes nothing,
+//     the cost of the interactive transaction (PostgreSQL only).
 //
 // Each iteration is a fresh stream; the leases are made outside the timer.
 func BenchmarkRecoverExpired(b *testing.B) {
@@ -44,10 +50,23 @@ func BenchmarkRecoverExpired(b *testing.B) {
 				return recovery.Pipeline{step}
 			})}
 		},
-		"default": func(backend) *cleanup.Config { return &cleanup.Config{WorkTracker: work} },
+		"default":          func(backend) *cleanup.Config { return &cleanup.Config{WorkTracker: work} },
+		"gap+durable-hook": func(backend) *cleanup.Config { return &cleanup.Config{DurableHook: noHook} },
+		"partial-work+durable-hook": func(backend) *cleanup.Config {
+			return &cleanup.Config{WorkTracker: work, Probe: low, DurableHook: noHook}
+		},
+		"partial-work+movetx": func(backend) *cleanup.Config {
+			return &cleanup.Config{WorkTracker: work, Probe: low, MoveTx: cleanup.MoveTxFunc[pgx.Tx](func(context.Context, pgx.Tx, []cleanup.Move) error {
+				return nil
+			})}
+		},
 	}
 	for _, name := range []string{"memory", "postgres"} {
-		for _, method := range []string{"gap", "partial-work", "partial-work-per-entry", "default"} {
+		for _, method := range []string{"gap", "partial-work", "partial-work-per-entry", "default",
+			"gap+durable-hook", "partial-work+durable-hook", "partial-work+movetx"} {
+			if name == "memory" && method == "partial-work+movetx" {
+				continue // the memory backend runs no transaction functions
+			}
 			for _, n := range []int{10_000} {
 				b.Run(fmt.Sprintf("%s/%s/n=%d", name, method, n), func(b *testing.B) {
 					var s backend = memory.New(nil)
@@ -91,3 +110,6 @@ func BenchmarkRecoverExpired(b *testing.B) {
 		}
 	}
 }
+
+// noHook is a durable hook that does nothing.
+func noHook(context.Context, store.Entry) error { return nil }
