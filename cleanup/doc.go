@@ -19,6 +19,7 @@
 //	     ├─ an earlier number still leased, not expired? ─> stop: the rest waits for it ────┤
 //	     ├─ Selector(level, kind) ─> steps ─> plan (trackers) ─> batch of writes            │
 //	     │      gaps: ResolveExpiredBatch; moves: RecoverExpiredBatch (one transaction)     │
+//	     │      MoveTx runs in the moves' transaction; both write DurableHook records       │
 //	     ├─ a step failed? ─> stop the stream: the entry stays expired (its work is kept);  │
 //	     │      retried next cycle; only MaxRecoveryAttempts, if set, makes it a gap        │
 //	     └─ resolved by this cleaner ─> hooks (queued, HookConcurrency at a time)           │
@@ -111,6 +112,43 @@
 // and reported with ErrHookDropped. Hooks are best effort: a crash between
 // a resolution and its hooks skips them.
 //
+// # Durable hooks
+//
+// Config.DurableHook is a hook that survives a crash: delivered at least
+// once. The statement that resolves an entry (a gap or a move, batched or
+// not) also records a pending hook for it (store.HookQueue; on PostgreSQL
+// a row of pending_hooks), so the record commits with the resolution. A
+// deliverer owned by the Service claims due records, runs the hook and
+// deletes a record only after the hook returned nil:
+//
+//	resolution + record ──(one transaction)──> pending ──claim──> running
+//	                                             ^  ^                │
+//	       claim lapsed (the deliverer died) ────┘  └── failed: backoff
+//	                                                                 │
+//	                                             deleted <── returned nil
+//
+// A record a crashed process left is delivered by any Service with a
+// DurableHook on the store once its claim (HookTimeout + QueryTimeout)
+// lapses; a hook may thus run more than once, so it must be idempotent,
+// keyed by stream and number. Entries a custom step resolved with its own
+// write get their record right after the step, in a write of its own
+// (store.HookQueue.AddHooks). PendingHooks counts the records (a
+// HookStatsObserver is told after each round), DeliverHooks delivers the
+// due ones in the caller's goroutine. In memory the records live as long
+// as the store.
+//
+// # The application's writes with the moves
+//
+// Config.MoveTx, a MoveTxFunc[T], runs inside the transaction that moves a
+// batch of expired work (store.TxRecoverer[T]; T is pgx.Tx on PostgreSQL),
+// with the moves: the writes the holders would have made with
+// sequence.CommitTx commit with the moves or not at all. It is generic, as
+// sequence.CommitTx is, so that this package does not depend on the
+// driver; New refuses one the store cannot run. If it fails, the batch
+// rolls back and its entries stay expired: a failed recovery of the first
+// of them (MaxRecoveryAttempts applies). A custom step that calls
+// RecoverExpired itself moves in its own transaction, without MoveTx.
+//
 // # Observing
 //
 // Config.Observer is told what each entry and each cycle came to, when
@@ -124,9 +162,9 @@
 //
 // # Lifecycle
 //
-// Start runs the loop in the background and returns; Stop cancels it, lets
-// the hooks finish for up to HookGrace, cancels the rest, and waits for
-// every goroutine it started. Stop is safe before Start and twice. RunOnce
+// Start runs the loop (and the durable hooks' deliverer) in the background
+// and returns; Stop cancels them, lets the hooks finish for up to
+// HookGrace, cancels the rest, and waits for every goroutine it started. Stop is safe before Start and twice. RunOnce
 // runs one full cycle in the caller's goroutine, for tests and operator
 // tools.
 package cleanup

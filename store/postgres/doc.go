@@ -102,7 +102,7 @@
 //
 // # Pending hooks
 //
-// A third table, pending_hooks (migration 000005), holds the records of
+// Another table, pending_hooks (migration 000005), holds the records of
 // the cleanup loop's durable hooks (store.HookQueue). A resolving call
 // asked to record them (the Hook field of its params) runs a variant of its
 // statement with one more data-modifying CTE that inserts a record for each
