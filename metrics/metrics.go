@@ -166,7 +166,7 @@ type Metrics struct {
 
 	cascade     atomic.Int64 // 1 while cleanup is in cascade mode
 	lastExpired atomic.Int64 // expired leases found by the last cycle
-	pending     atomic.Int64 // durable hooks pending, as last told; -1: never told
+	pending     atomic.Int64 // durable hooks pending, as last told; 0 until told
 
 	leaser      *LeaserObserver
 	cleanup     *CleanupObserver
@@ -222,7 +222,6 @@ func New(cfg *Config) (*Metrics, error) {
 		now:        cfg.Now,
 		other:      &streamState{name: OtherStream},
 	}
-	m.pending.Store(-1)
 	if m.logger == nil {
 		m.logger = slog.New(slog.DiscardHandler)
 	}
@@ -279,7 +278,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.cycleExpired = gauge(NameCleanupCycleExpired, "{lease}", "Expired leases the last full cleanup scan found (re-runs of some streams do not count).")
 	m.cascadeActive = gauge(NameCleanupCascadeActive, "{mode}", "1 while the cleanup loop is in cascade mode (a mass expiry), else 0.")
 	m.hookFailures = counter(NameCleanupHookFailures, "{failure}", "Resource-cleanup hooks that failed, timed out, or never ran (dropped: the queue was full, or Stop's grace period ended).")
-	m.hooksPending = gauge(NameCleanupHooksPending, "{hook}", "Durable hooks recorded and not yet delivered, on the whole store, as the cleanup loop last counted them (a count that stays up is a hook that keeps failing).")
+	m.hooksPending = gauge(NameCleanupHooksPending, "{hook}", "Durable hooks recorded and not yet delivered, on the whole store, as this process's cleanup loop last counted them; 0 without a durable hook (take the max across processes; a count that stays up is a hook that keeps failing).")
 	m.gapOpen = gauge(NameGapOpen, "{gap}", "Open (unfilled) gaps of the stream.")
 	m.gapCreated = counter(NameGapCreated, "{gap}", "Gaps created, by reason (released, expired, recovered, recovery-failed).")
 	m.gapFilled = counter(NameGapFilled, "{gap}", "Gaps filled through a fill policy, by their reason.")
@@ -410,9 +409,7 @@ func (m *Metrics) opt(k attrKey) metric.MeasurementOption {
 func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.cascadeActive, m.cascade.Load())
 	o.ObserveInt64(m.cycleExpired, m.lastExpired.Load())
-	if n := m.pending.Load(); n >= 0 {
-		o.ObserveInt64(m.hooksPending, n)
-	}
+	o.ObserveInt64(m.hooksPending, m.pending.Load())
 	m.namedLeases.observe(o)
 	var openGaps int64
 	counted := false
