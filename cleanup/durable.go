@@ -115,7 +115,7 @@ func (d *deliverer) loop(ctx context.Context) {
 		case <-t.C:
 		case <-d.kick:
 		}
-		if _, err := d.deliver(ctx); err != nil && ctx.Err() == nil {
+		if _, err := d.deliver(ctx, true); err != nil && ctx.Err() == nil {
 			d.logger.Warn("cleanup: durable hooks: a round failed; retrying", slog.Any("error", err),
 				slog.Duration("retry_in", d.poll))
 		}
@@ -125,8 +125,10 @@ func (d *deliverer) loop(ctx context.Context) {
 
 // deliver runs rounds until no record is due: it claims up to limit
 // records, runs their hooks concurrently and acknowledges or retries each.
-// It returns how many hooks it delivered.
-func (d *deliverer) deliver(ctx context.Context) (int, error) {
+// It returns how many hooks it delivered. The hooks of the loop (loop
+// true) outlive ctx until Stop's grace period ends; the others end with
+// ctx.
+func (d *deliverer) deliver(ctx context.Context, loop bool) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delivered := 0
@@ -142,7 +144,7 @@ func (d *deliverer) deliver(ctx context.Context) (int, error) {
 		var mu sync.Mutex
 		for _, h := range hs {
 			wg.Go(func() {
-				if d.run(ctx, h) {
+				if d.run(ctx, loop, h) {
 					mu.Lock()
 					delivered++
 					mu.Unlock()
@@ -158,10 +160,16 @@ func (d *deliverer) deliver(ctx context.Context) (int, error) {
 }
 
 // run delivers one claimed record; true if its hook succeeded.
-func (d *deliverer) run(ctx context.Context, h store.PendingHook) bool {
+func (d *deliverer) run(ctx context.Context, loop bool, h store.PendingHook) bool {
 	e := h.Entry
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.timeout)
-	stop := context.AfterFunc(d.graceCtx, cancel)
+	parent, stop := ctx, func() bool { return false }
+	if loop {
+		parent = context.WithoutCancel(ctx)
+	}
+	hctx, cancel := context.WithTimeout(parent, d.timeout)
+	if loop {
+		stop = context.AfterFunc(d.graceCtx, cancel)
+	}
 	err := d.hook(hctx, e)
 	stop()
 	cancel()
@@ -219,13 +227,14 @@ var ErrNoDurableHook = errors.New("cleanup: no durable hook configured")
 
 // DeliverHooks delivers the durable hooks that are due, in the caller's
 // goroutine, until none is: for tests and operator tools (the running loop
-// does the same in the background). It returns how many hooks ran without
-// error.
+// does the same in the background). The hooks run under ctx (and
+// HookTimeout), also on a stopped Service. It returns how many hooks ran
+// without error.
 func (sv *Service) DeliverHooks(ctx context.Context) (int, error) {
 	if sv.durable == nil {
 		return 0, ErrNoDurableHook
 	}
-	return sv.durable.deliver(ctx)
+	return sv.durable.deliver(ctx, false)
 }
 
 // PendingHooks counts the durable hooks not yet delivered, across every
