@@ -15,9 +15,9 @@ import (
 	"github.com/seqlease/seqlease/store/postgres"
 )
 
-// txBundle is a Store on a fresh schema with a side table the moves'
+// moveBundle is a Store on a fresh schema with a side table the moves'
 // function writes to.
-type txBundle struct {
+type moveBundle struct {
 	ctx    context.Context
 	pool   *pgxpool.Pool
 	s      *postgres.Store
@@ -26,7 +26,7 @@ type txBundle struct {
 	stream string
 }
 
-func newTxBundle(t *testing.T, simple bool) *txBundle {
+func newMoveBundle(t *testing.T, simple bool) *moveBundle {
 	pool := pgtest.Shared(t, simple)
 	schema := pgtest.NewSchema(t, pool)
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
@@ -36,11 +36,11 @@ func newTxBundle(t *testing.T, simple bool) *txBundle {
 	require.NoError(t, err)
 	now, err := s.Now(t.Context())
 	require.NoError(t, err)
-	return &txBundle{ctx: t.Context(), pool: pool, s: s, side: side, base: now, stream: "tx"}
+	return &moveBundle{ctx: t.Context(), pool: pool, s: s, side: side, base: now, stream: "tx"}
 }
 
 // sideRows returns the side table's rows as old -> moved.
-func (b *txBundle) sideRows(t *testing.T) map[int64]int64 {
+func (b *moveBundle) sideRows(t *testing.T) map[int64]int64 {
 	rows, err := b.pool.Query(b.ctx, "SELECT old, moved FROM "+b.side)
 	require.NoError(t, err)
 	out := map[int64]int64{}
@@ -51,7 +51,7 @@ func (b *txBundle) sideRows(t *testing.T) map[int64]int64 {
 }
 
 // write is a moves' function that records each move in the side table.
-func (b *txBundle) write(items []store.RecoverItem, calls *int) func(ctx context.Context, tx pgx.Tx, moved []int64) error {
+func (b *moveBundle) write(items []store.RecoverItem, calls *int) func(ctx context.Context, tx pgx.Tx, moved []int64) error {
 	return func(ctx context.Context, tx pgx.Tx, moved []int64) error {
 		*calls++
 		for i, to := range moved {
@@ -73,7 +73,7 @@ func TestRecoverExpiredTx(t *testing.T) {
 			t.Parallel()
 			t.Run("the function's writes commit with the moves", func(t *testing.T) {
 				t.Parallel()
-				b := newTxBundle(t, simple)
+				b := newMoveBundle(t, simple)
 				at := b.base.Add(2 * time.Second)
 				_, err := b.s.Lease(b.ctx, b.stream, []store.LeaseRequest{{TTL: time.Second}, {TTL: time.Minute}, {TTL: time.Second}},
 					&store.LeaseParams{Now: &b.base})
@@ -99,7 +99,7 @@ func TestRecoverExpiredTx(t *testing.T) {
 			})
 			t.Run("a failing function rolls the moves back", func(t *testing.T) {
 				t.Parallel()
-				b := newTxBundle(t, simple)
+				b := newMoveBundle(t, simple)
 				at := b.base.Add(2 * time.Second)
 				es, err := b.s.Lease(b.ctx, b.stream, []store.LeaseRequest{{TTL: time.Second}, {TTL: time.Second}}, &store.LeaseParams{Now: &b.base})
 				require.NoError(t, err)
@@ -135,7 +135,7 @@ func TestRecoverExpiredTx(t *testing.T) {
 			})
 			t.Run("bad input is refused and changes nothing", func(t *testing.T) {
 				t.Parallel()
-				b := newTxBundle(t, simple)
+				b := newMoveBundle(t, simple)
 				_, err := b.s.Lease(b.ctx, b.stream, []store.LeaseRequest{{TTL: time.Second}}, &store.LeaseParams{Now: &b.base})
 				require.NoError(t, err)
 				at := b.base.Add(2 * time.Second)
