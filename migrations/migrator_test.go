@@ -126,7 +126,7 @@ func TestUpFromScratchThenIdempotent(t *testing.T) {
 			applied, err := m.Up(b.ctx, b.pool)
 			require.NoError(t, err)
 			require.Equal(t, migrations.Migrations(), applied)
-			require.Equal(t, []string{"entries", "inbox", "lease_history", "leases", "pending_hooks", "seqlease_migrations", "streams"}, b.tables(t))
+			require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "leases", "pending_hooks", "seqlease_migrations", "streams"}, b.tables(t))
 			require.Equal(t, migVersions(migrations.Migrations()), b.tracked(t))
 
 			applied, err = m.Up(b.ctx, b.pool)
@@ -195,7 +195,7 @@ func TestDownThenUpRoundTrip(t *testing.T) {
 			applied, err := m.Up(b.ctx, b.pool)
 			require.NoError(t, err)
 			require.Equal(t, all, applied)
-			require.Equal(t, []string{"entries", "inbox", "lease_history", "leases", "pending_hooks", "seqlease_migrations", "streams"}, b.tables(t))
+			require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "leases", "pending_hooks", "seqlease_migrations", "streams"}, b.tables(t))
 		})
 	}
 }
@@ -237,7 +237,7 @@ func TestDownInvalidSteps(t *testing.T) {
 		require.Nil(t, reverted)
 	}
 	require.Equal(t, migVersions(migrations.Migrations()), b.tracked(t))
-	require.Equal(t, []string{"entries", "inbox", "lease_history", "leases", "pending_hooks", "seqlease_migrations", "streams"}, b.tables(t))
+	require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "leases", "pending_hooks", "seqlease_migrations", "streams"}, b.tables(t))
 }
 
 func TestDownOnMissingSchemaCreatesNothing(t *testing.T) {

@@ -1,2 +1,0 @@
--- seqlease 3: reserved; it changes nothing.
-SELECT 1;
