@@ -54,6 +54,18 @@
 // watermark) and raises the stream's low point; reads below it fail with
 // ErrTrimmed.
 //
+// # Reader checkpoints
+//
+// A reader (a projection, a relay) may keep a named position per stream: the
+// last number it processed (Checkpoint, checkpoint.go). A save moves it
+// forward only (ErrCheckpointBackwards) and never past the watermark
+// (ErrCheckpointAhead: a reader only processes resolved entries); saving
+// the same position again is a no-op success, so a retry is harmless.
+// Refusals are *CheckpointError values and change nothing. On PostgreSQL a
+// save can run in the reader's own transaction, so that its writes and its
+// checkpoint commit together. A listing gives each checkpoint with its
+// stream's watermark, read in one snapshot: the reader's lag.
+//
 // # Ordered commits and notifications
 //
 // An ordered commit of n (CommitParams.Ordered, CommitBatchParams.Ordered)

@@ -30,7 +30,8 @@ type Store struct {
 
 	named namedLeases  // named leases: namedlease.go
 	hooks pendingHooks // pending hooks: hooks.go
-	inbox inbox       // inbox records: inbox.go
+	inbox inbox        // inbox records: inbox.go
+	ckpt  checkpoints  // reader checkpoints: checkpoint.go
 }
 
 // New returns an empty Store.

@@ -17,8 +17,9 @@
 // Extend, ResolveExpired and ListExpired (expire.go), Read, Stats, BadInput,
 // Concurrency, Ordered and CommitBatch (ordered.go), Snapshot, ReadResolved
 // and Watch (watch.go), Gaps (gap.go), Trim (trim.go), RecoverExpired
-// (recover.go), RecoverExpiredBatch (recoverbatch.go) and Inbox (inbox.go:
-// the inbox records of consumers, InboxStore). Every leaf subtest is parallel and calls newStore for a
+// (recover.go), RecoverExpiredBatch (recoverbatch.go), Inbox (inbox.go:
+// the inbox records of consumers, InboxStore) and Checkpoints
+// (checkpoint.go). Every leaf subtest is parallel and calls newStore for a
 // fresh, isolated store: the listings across all streams (ListExpired without
 // a Stream filter) count on it. Stream names are unique per subtest all the
 // same, and derived from the subtest's name, so a shared database shows who

@@ -163,4 +163,27 @@ type Store interface {
 	// watermark. It returns the low point after the call. below < 1 is
 	// ErrInvalidNumber; ErrStreamNotFound for an unknown stream.
 	Trim(ctx context.Context, stream string, below int64) (lowPoint int64, err error)
+
+	// Checkpoint returns the position reader saved for stream (the last
+	// number it processed), 0 when none was saved.
+	Checkpoint(ctx context.Context, reader, stream string) (int64, error)
+
+	// SaveCheckpoint sets reader's position in stream. It moves forward
+	// only (a lower position fails with a *store.CheckpointError matching
+	// store.ErrCheckpointBackwards) and never past the stream's watermark
+	// (store.ErrCheckpointAhead: a reader only processes resolved
+	// entries); saving the saved position again succeeds without writing.
+	// Concurrent saves serialize: none is lost, none moves it back.
+	// Refusals change nothing.
+	SaveCheckpoint(ctx context.Context, reader, stream string, position int64, p *store.SaveCheckpointParams) error
+
+	// DeleteCheckpoint removes reader's checkpoint of stream, so that a
+	// later save may start anywhere up to the watermark;
+	// store.ErrCheckpointNotFound when there is none.
+	DeleteCheckpoint(ctx context.Context, reader, stream string) error
+
+	// ListCheckpoints returns the checkpoints p selects, in (reader,
+	// stream) byte order after its cursor, at most p.Limit of them, each
+	// with its stream's watermark read in the same snapshot.
+	ListCheckpoints(ctx context.Context, p *store.ListCheckpointsParams) ([]store.Checkpoint, error)
 }

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"RecoverExpired", testRecoverExpired},
 		{"RecoverExpiredBatch", testRecoverExpiredBatch},
 		{"Inbox", testInbox},
+		{"Checkpoints", testCheckpoints},
 	}
 	groups = append(groups, capabilities(newStore(t))...)
 	for _, g := range groups {
