@@ -67,6 +67,32 @@
 // that races the eviction finds the stream marked evicted under its lock and
 // enqueues on a fresh one.
 //
+// # Readers
+//
+// Entries reads a stream in order up to W, a page per round trip, and with
+// ReadOpts.Follow waits at W (WaitFor) for the stream to grow. Its position
+// is the last number it passed, kept by the iteration itself: a read that
+// failed is repeated from that position, so a follower that retries (with
+// exponential backoff, warning each time) yields no entry twice and skips
+// none. Only errors that retrying cannot cure end a follower: bad options,
+// ErrTrimmed (the reader fell below the retention low point), a stopped
+// barrier, its context's end; ReadOpts.StopOnError restores ending on the
+// first failed read, which a reader that does not follow always does.
+//
+//	        ReadResolved ok                        page full: read on
+//	  +--------------------------+           +------------------------+
+//	  v                          |           v                        |
+//	reading --(failed)--> pause (backoff) --> reading --(short page)--> waiting at W
+//	  ^                                                                  |
+//	  +------------------------- WaitFor(position+2) --------------------+
+//
+// ReadOpts.Reader names a reader: reading starts after the checkpoint it
+// saved (the Source's Checkpoints). Reading never saves it: the consumer
+// saves its position (store/memory and store/postgres SaveCheckpoint), on
+// PostgreSQL in the transaction that applies what it read, so that its
+// writes and its checkpoint commit together and a restart resumes exactly
+// after the last applied entry.
+//
 // # Lifecycle
 //
 // Start runs two goroutines: the backend's Watch, and the refresher that
