@@ -13,6 +13,7 @@
 //		MeterProvider: mp, TracerProvider: tp,
 //		Watermarks:    b,                 // *barrier.Barrier: the lag gauge
 //		Gaps:          st,                // the store counts open gaps (CountGaps)
+//		Checkpoints:   st,                // the store lists the readers' checkpoints: reader lag
 //		Alerts:        evaluator,         // optional: *metrics.Evaluator
 //	})
 //	leaser, _ := sequence.New(st, &sequence.Config{Barrier: b, Observer: m.Leaser()})
@@ -44,8 +45,13 @@
 // bounded by Config.QueryTimeout. The long-held named leases (holdings of
 // this process older than Config.LongHeldAfter, by kind) are counted from
 // the NamedLeaseObserver's own record of the holdings in progress (the
-// lease package tells it when each begins and ends), with no query. Close
-// unregisters the callback.
+// lease package tells it when each begins and ends), with no query.
+// The reader lag (seqlease.reader.lag, by reader and stream) is the
+// stream's watermark minus the reader's saved checkpoint, for every
+// checkpoint in the store (not only this process's), up to
+// Config.MaxReaderSeries: one ListCheckpoints page (one query on
+// PostgreSQL, watermarks included) per collection. Close unregisters the
+// callback.
 //
 // # Traces
 //

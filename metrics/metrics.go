@@ -50,6 +50,7 @@ const (
 	NameNamedLeaseHoldDuration = "seqlease.named_lease.hold.duration"
 	NameNamedLeaseLongHeld     = "seqlease.named_lease.long_held"
 	NameAlertActive            = "seqlease.alert.active"
+	NameReaderLag              = "seqlease.reader.lag"
 )
 
 // Attribute keys of the instruments. Every value comes from a small set:
@@ -63,6 +64,7 @@ const (
 	KeyReason = attribute.Key("reason")
 	KeyAlert  = attribute.Key("alert")
 	KeyLevel  = attribute.Key("level")
+	KeyReader = attribute.Key("reader")
 )
 
 // OtherStream is the stream attribute of every stream beyond
@@ -75,6 +77,7 @@ const (
 	DefaultGapCountInterval = 15 * time.Second
 	DefaultQueryTimeout     = 5 * time.Second
 	DefaultLongHeldAfter    = time.Hour
+	DefaultMaxReaderSeries  = 1000
 )
 
 // WatermarkSource tells the watermark of a stream: *barrier.Barrier.
@@ -127,6 +130,15 @@ type Config struct {
 	// Now is the clock of GapCountInterval and of the named leases' ages.
 	// Default: time.Now.
 	Now func() time.Time
+	// Checkpoints feeds the reader lag gauge (NameReaderLag): the store
+	// that keeps the readers' checkpoints (store/memory, store/postgres).
+	// Optional; without it there is no reader lag gauge.
+	Checkpoints CheckpointLister
+	// MaxReaderSeries bounds the (reader, stream) pairs the reader lag
+	// gauge reports, in (reader, stream) order: one listing page per
+	// store.MaxListLimit of them at each collection. Default:
+	// DefaultMaxReaderSeries (1000).
+	MaxReaderSeries int
 }
 
 // Metrics holds the instruments and the tracer, and hands out the observers
@@ -143,6 +155,8 @@ type Metrics struct {
 	maxStreams int
 	alerts     *Evaluator
 	now        func() time.Time
+	readers    CheckpointLister
+	maxReaders int
 
 	granted, committed, released, extended metric.Int64Counter
 	expired, recoveries, hookFailures      metric.Int64Counter
@@ -153,7 +167,7 @@ type Metrics struct {
 	lag, gapOpen, cycleExpired             metric.Int64ObservableGauge
 	cascadeActive, alertActive             metric.Int64ObservableGauge
 	hooksPending                           metric.Int64ObservableGauge
-	nlLongHeld                             metric.Int64ObservableGauge
+	nlLongHeld, readerLag                  metric.Int64ObservableGauge
 	registration                           metric.Registration
 
 	streamsMu  sync.Mutex
@@ -201,6 +215,8 @@ func New(cfg *Config) (*Metrics, error) {
 		return nil, fmt.Errorf("metrics: Config.MaxStreams %d is negative: %w", cfg.MaxStreams, store.ErrInvalidArgument)
 	case cfg.LongHeldAfter < 0:
 		return nil, fmt.Errorf("metrics: Config.LongHeldAfter %v is negative: %w", cfg.LongHeldAfter, store.ErrInvalidArgument)
+	case cfg.MaxReaderSeries < 0:
+		return nil, fmt.Errorf("metrics: Config.MaxReaderSeries %d is negative: %w", cfg.MaxReaderSeries, store.ErrInvalidArgument)
 	}
 	mp := cfg.MeterProvider
 	if mp == nil {
@@ -221,6 +237,8 @@ func New(cfg *Config) (*Metrics, error) {
 		alerts:     cfg.Alerts,
 		now:        cfg.Now,
 		other:      &streamState{name: OtherStream},
+		readers:    cfg.Checkpoints,
+		maxReaders: cmp.Or(cfg.MaxReaderSeries, DefaultMaxReaderSeries),
 	}
 	if m.logger == nil {
 		m.logger = slog.New(slog.DiscardHandler)
@@ -288,10 +306,11 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.nlHold = histogram(NameNamedLeaseHoldDuration, "How long named leases were held, by how the holding ended (released, lost).", holdBuckets)
 	m.nlLongHeld = gauge(NameNamedLeaseLongHeld, "{lease}", "Named leases this process has held for longer than Config.LongHeldAfter, by kind.")
 	m.alertActive = gauge(NameAlertActive, "{alert}", "1 while an alert of the evaluator fires, else 0.")
+	m.readerLag = gauge(NameReaderLag, "{entry}", "The stream's watermark minus the reader's saved checkpoint, by reader and stream.")
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("creating instruments: %w", err)
 	}
-	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending)
+	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending, m.readerLag)
 	if err != nil {
 		return fmt.Errorf("registering the gauges' callback: %w", err)
 	}
@@ -411,6 +430,7 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.cycleExpired, m.lastExpired.Load())
 	o.ObserveInt64(m.hooksPending, m.pending.Load())
 	m.namedLeases.observe(o)
+	m.observeReaders(ctx, o)
 	var openGaps int64
 	counted := false
 	m.streams.Range(func(_, v any) bool {
