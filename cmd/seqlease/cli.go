@@ -64,6 +64,11 @@ commands:
                            database's clock, in batches of -batch N (default 1000)
   hooks                    durable hooks of the cleanup loop not yet delivered: pending, failing
                            (at least one failed delivery), age of the oldest
+  readers                  every reader's checkpoint: stream, checkpoint, watermark, lag
+                           (-reader R, -stream S)
+  delete-checkpoint -reader R -stream S
+                           remove a reader's checkpoint: it starts again from the beginning
+                           (or from the position it saves next)
 
 The connection comes from -dsn, else DATABASE_URL, else the PG* environment variables.
 `
@@ -139,6 +144,10 @@ func (c *cli) run(ctx context.Context, args []string) error {
 		return c.inbox(ctx, args)
 	case "hooks":
 		return c.hooks(ctx, args)
+	case "readers":
+		return c.readers(ctx, args)
+	case "delete-checkpoint":
+		return c.deleteCheckpoint(ctx, args)
 	case "help":
 		fmt.Fprint(c.out, usage)
 		return nil

@@ -256,6 +256,10 @@ func TestErrors(t *testing.T) {
 		{"inbox with a bad consumer", []string{"-schema", schema, "inbox", "a\x01b"}, 2, "CONSUMER"},
 		{"inbox with a negative age", []string{"-schema", schema, "inbox", "-purge-older-than", "-1s"}, 2, "must not be negative"},
 		{"inbox with two consumers", []string{"-schema", schema, "inbox", "a", "b"}, 2, `unexpected "b"`},
+		{"readers with a bad reader", []string{"-schema", schema, "readers", "-reader", "a\nb"}, 2, "invalid reader name"},
+		{"delete-checkpoint without reader", []string{"-schema", schema, "delete-checkpoint", "-stream", "s"}, 2, "needs -reader R and -stream S"},
+		{"delete-checkpoint with a bad stream", []string{"-schema", schema, "delete-checkpoint", "-reader", "r", "-stream", "\x00"}, 2, "invalid stream name"},
+		{"delete-checkpoint of nothing", []string{"-schema", schema, "delete-checkpoint", "-reader", "r", "-stream", "s"}, 1, `reader "r" has no checkpoint in stream "s"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errOut := seqlease(t, c.args...)
@@ -274,7 +278,7 @@ func TestJSONEmptyLists(t *testing.T) {
 	schema := pgtest.NewSchema(t, pool)
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
-	for _, args := range [][]string{{"streams"}, {"leases"}, {"force-release", "nobody"}, {"migrate", "up"}} {
+	for _, args := range [][]string{{"streams"}, {"leases"}, {"force-release", "nobody"}, {"migrate", "up"}, {"readers"}} {
 		code, out, errOut := seqlease(t, append([]string{"-schema", schema, "-json"}, args...)...)
 		require.Equal(t, 0, code, errOut)
 		require.JSONEq(t, "[]", out, "%v", args)
