@@ -15,6 +15,15 @@
 // completed results) under new numbers and turning the rest into gaps, which
 // the projector answers by redelivering the event.
 //
+// The projector is the named reader "projection": it saves its checkpoint
+// every 100 entries and at its last, and the report checks that the
+// checkpoint reached the last applied entry; `seqlease readers` and the
+// seqlease_reader_lag gauge (-metrics) show its lag. The read model here is
+// in memory, so the checkpoint is progress and lag, not a restart point;
+// with a read model in PostgreSQL, save the checkpoint in the transaction
+// that applies the entries (docs/projections.md) and a restart resumes
+// exactly after the last applied one.
+//
 //	make demo                                            # in memory
 //	make demo ARGS="-dsn postgres://..."                 # on PostgreSQL
 //	make demo ARGS="-dsn postgres://... -procs 3"        # three worker processes

@@ -41,13 +41,14 @@ func TestPrometheusNamesAreDocumented(t *testing.T) {
 	defer b.Stop()
 	alerts, err := metrics.NewEvaluator(&metrics.EvaluatorConfig{Sink: func(metrics.Alert) {}})
 	require.NoError(t, err)
-	m, err := metrics.New(&metrics.Config{MeterProvider: tm.provider, Watermarks: b, Gaps: st, Alerts: alerts, LongHeldAfter: time.Nanosecond})
+	m, err := metrics.New(&metrics.Config{MeterProvider: tm.provider, Watermarks: b, Gaps: st, Alerts: alerts, LongHeldAfter: time.Nanosecond, Checkpoints: st})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Close()) }()
 
 	const stream, kind = "s", "k"
 	_, err = st.Lease(ctx, stream, []store.LeaseRequest{{TTL: time.Minute}}, nil)
 	require.NoError(t, err)
+	require.NoError(t, st.SaveCheckpoint(ctx, readerName, stream, 0, nil)) // a reader's lag
 	lo := m.Leaser()
 	_, end := lo.StartLease(ctx, stream, kind, 1)
 	end(1, nil)

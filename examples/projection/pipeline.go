@@ -35,7 +35,17 @@ type backend interface {
 	gap.Store
 	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
 	Stats(ctx context.Context, stream string) (store.StreamStats, error)
+	barrier.Checkpoints      // the projector's saved position
+	metrics.CheckpointLister // the reader lag gauge
+	SaveCheckpoint(ctx context.Context, reader, stream string, position int64, p *store.SaveCheckpointParams) error
 }
+
+// The projector is a named reader: its checkpoint in the stream shows how
+// far it got (`seqlease readers`, the seqlease_reader_lag gauge).
+const (
+	readerName      = "projection"
+	checkpointEvery = 100 // entries between saves; the last one is saved too
+)
 
 // workLog is the demo's WorkTracker and OperationTracker: what workers
 // recorded before they crashed, by operation id. In one process it is a map;
@@ -90,6 +100,9 @@ type pipeline struct {
 	// observed is every number the projector read, in order, for the
 	// audit of I5.
 	observed []int64
+	// lastApplied is the number of the last entry the projector applied,
+	// where its checkpoint must end.
+	lastApplied int64
 }
 
 // run runs the pipeline in this process, or with -procs in worker
@@ -288,11 +301,19 @@ func (p *pipeline) recordThenDie(ctx context.Context, log workLog, lease *sequen
 // process that owns the event redelivers it. In one process, applying an
 // event also makes its account's next event ready (with -procs the worker
 // processes do that).
+//
+// The projector reads as the named reader "projection", starting after its
+// checkpoint, and saves the checkpoint every checkpointEvery entries and at
+// its last. Its read model lives in memory, so here the checkpoint is
+// progress and lag, not a restart point: a new run starts from an empty
+// model on a new stream. With a read model in PostgreSQL, apply a batch
+// and save the checkpoint in one transaction (docs/projections.md): a
+// restart then resumes exactly after the last applied entry.
 func (p *pipeline) project(ctx context.Context) (readModel, error) {
 	model := readModel{}
 	applied := make([]bool, len(p.events))
 	var last int64
-	for e, err := range p.barrier.Entries(ctx, p.stream, &barrier.ReadOpts{Follow: true, IncludeGaps: true}) {
+	for e, err := range p.barrier.Entries(ctx, p.stream, &barrier.ReadOpts{Reader: readerName, Follow: true, IncludeGaps: true}) {
 		if err != nil {
 			return nil, err
 		}
@@ -300,43 +321,65 @@ func (p *pipeline) project(ctx context.Context) (readModel, error) {
 			return nil, fmt.Errorf("reader went back: %d after %d", e.Number, last)
 		}
 		last = e.Number
-		if e.State == store.Committed {
-			p.observed = append(p.observed, e.Number)
+		done, err := p.handle(e, model, applied)
+		if err != nil {
+			return nil, err
 		}
-		if e.State == store.Gap {
-			if e.RecoveredAs == 0 {
-				idx, err := eventIndex(e.OperationID)
-				if err != nil {
-					return nil, err
-				}
-				if !applied[idx] && p.jobs != nil {
-					p.n.redelivered.Add(1)
-					p.jobs <- idx
-				}
-			}
-			continue
+		if done || e.Number%checkpointEvery == 0 {
+			p.saveCheckpoint(ctx, e.Number)
 		}
-		var o op
-		if err := json.Unmarshal(e.Payload, &o); err != nil {
-			return nil, fmt.Errorf("entry %d: %w", e.Number, err)
-		}
-		if e.RecoveredFrom != 0 {
-			p.n.recovered.Add(1)
-		}
-		if applied[o.Event] {
-			p.n.duplicates.Add(1)
-			continue
-		}
-		applied[o.Event] = true
-		model.apply(o)
-		if n := p.next[o.Event]; n >= 0 && p.jobs != nil {
-			p.jobs <- n
-		}
-		if p.n.applied.Add(1) == int64(len(p.events)) {
+		if done {
+			p.lastApplied = e.Number
 			return model, nil
 		}
 	}
 	return nil, ctx.Err()
+}
+
+// handle applies one entry to model; done says every event is applied.
+func (p *pipeline) handle(e store.Entry, model readModel, applied []bool) (done bool, err error) {
+	if e.State == store.Committed {
+		p.observed = append(p.observed, e.Number)
+	}
+	if e.State == store.Gap {
+		if e.RecoveredAs == 0 {
+			idx, err := eventIndex(e.OperationID)
+			if err != nil {
+				return false, err
+			}
+			if !applied[idx] && p.jobs != nil {
+				p.n.redelivered.Add(1)
+				p.jobs <- idx
+			}
+		}
+		return false, nil
+	}
+	var o op
+	if err := json.Unmarshal(e.Payload, &o); err != nil {
+		return false, fmt.Errorf("entry %d: %w", e.Number, err)
+	}
+	if e.RecoveredFrom != 0 {
+		p.n.recovered.Add(1)
+	}
+	if applied[o.Event] {
+		p.n.duplicates.Add(1)
+		return false, nil
+	}
+	applied[o.Event] = true
+	model.apply(o)
+	if n := p.next[o.Event]; n >= 0 && p.jobs != nil {
+		p.jobs <- n
+	}
+	return p.n.applied.Add(1) == int64(len(p.events)), nil
+}
+
+// saveCheckpoint saves the projector's position. A failed save is only
+// reported: the next one covers it (the checkpoint is progress here, see
+// project).
+func (p *pipeline) saveCheckpoint(ctx context.Context, position int64) {
+	if err := p.st.SaveCheckpoint(ctx, readerName, p.stream, position, nil); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "projection: save checkpoint:", err)
+	}
 }
 
 func eventIndex(opID string) (int, error) {
@@ -405,6 +448,7 @@ func (p *pipeline) instrument(tm *telemetry) (*metrics.Metrics, error) {
 		MeterProvider: tm.provider,
 		Watermarks:    p.barrier,
 		Gaps:          p.st, // the store counts open gaps
+		Checkpoints:   p.st, // the store lists the readers' checkpoints: reader lag
 		Alerts:        alerts,
 	})
 }

@@ -31,6 +31,8 @@ type report struct {
 	accounts        int // accounts in the read model
 	refused         int // transitions the read model refused as out of order
 	audit           *audit.Report
+	lastApplied     int64 // the number of the last entry the projector applied
+	checkpoint      int64 // the projector's saved checkpoint at the end
 }
 
 // check waits for every number to resolve, then audits the ledger against
@@ -117,6 +119,13 @@ func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Dura
 	if !rep.matches {
 		return rep, fmt.Errorf("the read model does not match the sequential replay")
 	}
+	rep.lastApplied = p.lastApplied
+	if rep.checkpoint, err = p.st.Checkpoint(ctx, readerName, p.stream); err != nil {
+		return rep, err
+	}
+	if rep.checkpoint != rep.lastApplied {
+		return rep, fmt.Errorf("the checkpoint of reader %q is %d, the last applied entry %d", readerName, rep.checkpoint, rep.lastApplied)
+	}
 	return rep, nil
 }
 
@@ -165,6 +174,7 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "checked                  I3 every late commit of a stalled worker refused (%d of %d)\n", r.n.lateRefused.Load(), r.n.stalled.Load())
 	fmt.Fprintf(w, "checked                  exactly once: every event applied once (%d duplicates)\n", r.n.duplicates.Load())
 	fmt.Fprintf(w, "checked                  order per account: %d transitions out of order in %d accounts\n", r.refused, r.accounts)
+	fmt.Fprintf(w, "checked                  checkpoint of reader %q at %d, the last applied entry %d\n", readerName, r.checkpoint, r.lastApplied)
 	if r.matches {
 		fmt.Fprintln(w, "read model matches sequential replay")
 	} else {
