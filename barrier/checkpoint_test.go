@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -311,4 +312,114 @@ func assertNoError(t *testing.T, err error) bool {
 		return false
 	}
 	return true
+}
+
+// projectBatch is the loop of docs/projections.md: it applies up to 100
+// entries after the reader's checkpoint to the read model and saves the
+// checkpoint, in one transaction. It returns how many entries it passed
+// (0: caught up) and the checkpoint it committed. fail, if set, is called
+// before the commit and aborts the batch when it returns an error.
+func projectBatch(ctx context.Context, b *barrier.Barrier, pool *pgxpool.Pool, cfg *postgres.Config, fail func() error) (int, int64, error) {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer tx.Rollback(ctx) // a no-op after Commit
+	n, last := 0, int64(0)
+	for e, err := range b.Entries(ctx, "orders", &barrier.ReadOpts{Reader: "balances", IncludeGaps: true, PageSize: 100}) {
+		if err != nil {
+			return 0, 0, err
+		}
+		n, last = n+1, e.Number
+		if e.State == store.Committed {
+			// The read model: one row per applied entry, so that an
+			// entry applied twice would fail on the primary key.
+			if _, err := tx.Exec(ctx, `INSERT INTO applied (number, payload) VALUES ($1, $2)`, e.Number, e.Payload); err != nil {
+				return 0, 0, err
+			}
+		}
+		if n == 100 {
+			break
+		}
+	}
+	if n == 0 {
+		return 0, 0, nil
+	}
+	txStore, err := postgres.New(tx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := txStore.SaveCheckpoint(ctx, "balances", "orders", last, nil); err != nil {
+		return 0, 0, err
+	}
+	if fail != nil {
+		if err := fail(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return n, last, tx.Commit(ctx)
+}
+
+// TestExactlyOnceProjection runs the transactional loop of
+// docs/projections.md while a writer commits 1..N (with a gap), and aborts
+// some batches after their writes and their save: every committed entry is
+// applied exactly once, and the checkpoint ends at N.
+func TestExactlyOnceProjection(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Shared(t, false)
+	cfg := &postgres.Config{Schema: pgtest.NewSchema(t, pool)}
+	st, err := postgres.New(pool, cfg)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `CREATE TABLE `+pgx.Identifier{cfg.Schema, "applied"}.Sanitize()+` (number bigint PRIMARY KEY, payload bytea)`)
+	require.NoError(t, err)
+	poolCfg := pool.Config()
+	poolCfg.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
+	readPool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	require.NoError(t, err)
+	t.Cleanup(readPool.Close)
+	b := start(t, st, nil)
+
+	const n = 450
+	es := lease(t, st, "orders", n)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		for _, e := range es {
+			if e.Number == 200 {
+				assertNoError(t, st.Release(ctx, e.Stream, e.Number, e.Token, nil))
+				continue
+			}
+			commit(t, st, e)
+		}
+	})
+	batches, aborted := 0, 0
+	for {
+		var fail func() error
+		if batches%3 == 1 {
+			fail = func() error { aborted++; return errors.New("crash before commit") }
+		}
+		batches++
+		passed, last, err := projectBatch(ctx, b, readPool, cfg, fail)
+		if fail != nil && err != nil {
+			continue // the batch rolled back: its writes and its save with it
+		}
+		require.NoError(t, err)
+		if last == n {
+			break
+		}
+		if passed == 0 {
+			pos, err := st.Checkpoint(ctx, "balances", "orders")
+			require.NoError(t, err)
+			require.NoError(t, b.WaitFor(ctx, "orders", pos+2)) // the next entry
+		}
+	}
+	require.Positive(t, aborted)
+	var count, sum int64
+	require.NoError(t, readPool.QueryRow(ctx, `SELECT count(*), COALESCE(sum(number), 0) FROM applied`).Scan(&count, &sum))
+	require.Equal(t, int64(n-1), count, "every committed entry once, the gap never")
+	require.Equal(t, int64(n*(n+1)/2-200), sum)
+	pos, err := st.Checkpoint(ctx, "balances", "orders")
+	require.NoError(t, err)
+	require.Equal(t, int64(n), pos)
 }

@@ -197,6 +197,26 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		require.Equal(t, int64(4), low)
 	})
 
+	t.Run("checkpoints", func(t *testing.T) {
+		// A reader's checkpoint: saved on the pool and in a transaction,
+		// read, listed, deleted.
+		_, err := s.Lease(ctx, "k", minute[:1], nil)
+		require.NoError(t, err)
+		require.NoError(t, s.SaveCheckpoint(ctx, "reader", "k", 0, nil))
+		tx, err := r.runtimePool.Begin(ctx)
+		require.NoError(t, err)
+		ts, err := postgres.New(tx, &postgres.Config{Schema: r.schema})
+		require.NoError(t, err)
+		require.NoError(t, ts.SaveCheckpoint(ctx, "reader", "k", 0, nil))
+		require.NoError(t, tx.Commit(ctx))
+		_, err = s.Checkpoint(ctx, "reader", "k")
+		require.NoError(t, err)
+		cs, err := s.ListCheckpoints(ctx, nil)
+		require.NoError(t, err)
+		require.Len(t, cs, 1)
+		require.NoError(t, s.DeleteCheckpoint(ctx, "reader", "k"))
+	})
+
 	t.Run("cleanup", func(t *testing.T) {
 		// The cleanup loop's cycle: the expired scan, its per-stream named
 		// lease (seqlease/cleanup/<stream>), the gap step.
