@@ -423,3 +423,84 @@ func TestExactlyOnceProjection(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(n), pos)
 }
+
+// TestReaderSavesEvery: with SaveEvery the reader saves its checkpoint
+// itself, after every n entries the loop body returned from (a skipped gap
+// counts), when it catches up, and when it ends; a break saves up to the
+// entry before.
+func TestReaderSavesEvery(t *testing.T) {
+	t.Parallel()
+	for name, src := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := src.(checkpointer)
+			b := start(t, src, nil)
+			es := lease(t, src, "save", 15)
+			for _, e := range es[:10] {
+				if e.Number == 5 {
+					require.NoError(t, src.Release(ctx, e.Stream, e.Number, e.Token, nil))
+					continue
+				}
+				commit(t, src, e)
+			}
+			checkpoint := func() int64 {
+				pos, err := s.Checkpoint(ctx, "relay", "save")
+				require.NoError(t, err)
+				return pos
+			}
+			seen := map[int64]int64{} // entry -> checkpoint while the body ran
+			for e, err := range b.Entries(ctx, "save", &barrier.ReadOpts{Reader: "relay", SaveEvery: 3}) {
+				require.NoError(t, err)
+				seen[e.Number] = checkpoint()
+			}
+			require.Equal(t, map[int64]int64{1: 0, 2: 0, 3: 0, 4: 3, 6: 3, 7: 6, 8: 6, 9: 6, 10: 9}, seen,
+				"saved after 3, after 6 (the gap 5 counted), after 9")
+			require.Equal(t, int64(10), checkpoint(), "saved at the watermark")
+
+			for _, e := range es[10:] {
+				commit(t, src, e)
+			}
+			var got []int64
+			for e, err := range b.Entries(ctx, "save", &barrier.ReadOpts{Reader: "relay", SaveEvery: 100}) {
+				require.NoError(t, err)
+				if e.Number == 13 {
+					break // 13 may not be done: saved up to 12
+				}
+				got = append(got, e.Number)
+			}
+			require.Equal(t, []int64{11, 12}, got)
+			require.Equal(t, int64(12), checkpoint())
+
+			// A follower saves when it catches up, and waits.
+			fctx, cancel := context.WithCancel(ctx)
+			ended := make(chan error, 1)
+			go func() {
+				var last error
+				for _, err := range b.Entries(fctx, "save", &barrier.ReadOpts{Reader: "relay", SaveEvery: 100, Follow: true}) {
+					last = err
+				}
+				ended <- last
+			}()
+			require.Eventually(t, func() bool { return checkpoint() == 15 }, 10*time.Second, time.Millisecond)
+			cancel()
+			require.ErrorIs(t, <-ended, context.Canceled)
+		})
+	}
+}
+
+// TestSaveEveryNeedsAReader: SaveEvery without Reader, or negative, is bad
+// input; on a source without checkpoints it is ErrNoCheckpoints.
+func TestSaveEveryNeedsAReader(t *testing.T) {
+	t.Parallel()
+	src := &readCounter{Store: memory.New(nil)}
+	b := start(t, src, nil)
+	_, err := readAll(b, "s", &barrier.ReadOpts{SaveEvery: 10})
+	require.ErrorIs(t, err, barrier.ErrSaveWithoutReader)
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	_, err = readAll(b, "s", &barrier.ReadOpts{Reader: "r", SaveEvery: -1})
+	require.ErrorIs(t, err, store.ErrInvalidCount)
+	require.Zero(t, src.reads.Load())
+	plain := start(t, plainSource{memory.New(nil)}, nil)
+	_, err = readAll(plain, "s", &barrier.ReadOpts{Reader: "r", SaveEvery: 10})
+	require.ErrorIs(t, err, barrier.ErrNoCheckpoints)
+}

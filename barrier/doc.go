@@ -87,11 +87,14 @@
 //	  +------------------------- WaitFor(position+2) --------------------+
 //
 // ReadOpts.Reader names a reader: reading starts after the checkpoint it
-// saved (the Source's Checkpoints). Reading never saves it: the consumer
-// saves its position (store/memory and store/postgres SaveCheckpoint), on
-// PostgreSQL in the transaction that applies what it read, so that its
-// writes and its checkpoint commit together and a restart resumes exactly
-// after the last applied entry.
+// saved (the Source's Checkpoints). The consumer saves its position
+// (store/memory and store/postgres SaveCheckpoint), on PostgreSQL in the
+// transaction that applies what it read, so that its writes and its
+// checkpoint commit together and a restart resumes exactly after the last
+// applied entry. For a consumer whose side effects are elsewhere,
+// ReadOpts.SaveEvery has the reader save it (CheckpointSaver) after every
+// n entries the loop body returned from, when it catches up and when it
+// ends: at-least-once.
 //
 // # Lifecycle
 //

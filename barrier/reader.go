@@ -51,6 +51,17 @@ type ReadOpts struct {
 	// error, as a reader that does not follow always does. Default: a
 	// follower retries.
 	StopOnError bool
+	// SaveEvery has the reader save Reader's checkpoint itself, outside any
+	// transaction, for consumers whose side effects are not in the
+	// database (a broker, an index): after every SaveEvery entries the loop
+	// body returned from (skipped gaps count), when it catches up with the
+	// watermark, and when it ends (a break saves up to the entry before
+	// the one it broke on). That is at-least-once: after a crash, the
+	// entries since the last save are read again. A failed save is logged
+	// and the next one covers it. It needs Reader, and a Source that
+	// implements CheckpointSaver. Default: 0, the reader saves nothing;
+	// the consumer saves, in its own transaction for exactly-once.
+	SaveEvery int
 	// PageSize is how many entries one read fetches. Default:
 	// DefaultPageSize; at most store.MaxListLimit.
 	PageSize int
@@ -64,14 +75,30 @@ type Checkpoints interface {
 	Checkpoint(ctx context.Context, reader, stream string) (int64, error)
 }
 
+// CheckpointSaver is what a reader with ReadOpts.SaveEvery needs of the
+// Source on top of Checkpoints. store/memory and store/postgres have it.
+type CheckpointSaver interface {
+	// SaveCheckpoint sets reader's position in stream (forward only, up
+	// to the watermark).
+	SaveCheckpoint(ctx context.Context, reader, stream string, position int64, p *store.SaveCheckpointParams) error
+}
+
+// SaveTimeout bounds the save a reader with ReadOpts.SaveEvery makes as it
+// ends, when its context may already be done.
+const SaveTimeout = 5 * time.Second
+
 // Errors of the reader's options.
 var (
 	// ErrAfterWithReader reports ReadOpts with both After and Reader set:
 	// the reader would not know where to start. It matches
 	// store.ErrInvalidArgument.
 	ErrAfterWithReader = fmt.Errorf("barrier: After and Reader are both set: %w", store.ErrInvalidArgument)
+	// ErrSaveWithoutReader reports ReadOpts.SaveEvery without a Reader
+	// whose checkpoint to save. It matches store.ErrInvalidArgument.
+	ErrSaveWithoutReader = fmt.Errorf("barrier: SaveEvery needs a Reader: %w", store.ErrInvalidArgument)
 	// ErrNoCheckpoints reports ReadOpts.Reader on a Source that keeps no
-	// checkpoints (it does not implement Checkpoints).
+	// checkpoints (it does not implement Checkpoints, or CheckpointSaver
+	// for SaveEvery).
 	ErrNoCheckpoints = errors.New("barrier: the source keeps no checkpoints")
 )
 
@@ -82,9 +109,10 @@ var (
 //
 // Iteration stops at the first error it does not retry, which is yielded
 // with a zero Entry: store.ErrInvalidNumber for a negative After,
-// store.ErrInvalidCount for a PageSize outside 0..store.MaxListLimit,
-// store.ErrInvalidReader for a bad Reader name and ErrAfterWithReader (all
-// match store.ErrInvalidArgument, and nothing is read), ErrNoCheckpoints,
+// store.ErrInvalidCount for a PageSize outside 0..store.MaxListLimit or a
+// negative SaveEvery, store.ErrInvalidReader for a bad Reader name,
+// ErrAfterWithReader and ErrSaveWithoutReader (all match
+// store.ErrInvalidArgument, and nothing is read), ErrNoCheckpoints,
 // store.ErrTrimmed (wrapped in *store.TrimmedError) when the start is below
 // the stream's retention low point, the context's error when ctx ends, and
 // ErrStopped when the barrier stops under a follower. Any other failed read
@@ -106,6 +134,8 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 			yield(store.Entry{}, err)
 			return
 		}
+		r.passed, r.saved = after, after
+		defer r.saveOnExit(ctx)
 		page := cmp.Or(opts.PageSize, DefaultPageSize)
 		for {
 			entries, err := b.src.ReadResolved(ctx, stream, after, page)
@@ -121,11 +151,13 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 			for _, e := range entries {
 				after = e.Number
 				if e.State == store.Gap && !opts.IncludeGaps {
+					r.pass(ctx, e.Number)
 					continue
 				}
 				if !yield(e, nil) {
 					return
 				}
+				r.pass(ctx, e.Number)
 			}
 			if len(entries) == page {
 				continue
@@ -133,6 +165,7 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 			if !opts.Follow {
 				return
 			}
+			r.save(ctx) // caught up: the lag shows 0 while it waits
 			// Everything up to the watermark was read: wait for after+1.
 			if err := b.WaitFor(ctx, stream, after+2); err != nil {
 				yield(store.Entry{}, fmt.Errorf("barrier: follow %s: %w", stream, cause(ctx, err)))
@@ -150,6 +183,10 @@ func checkReadOpts(stream string, opts *ReadOpts) error {
 	case opts.PageSize < 0 || opts.PageSize > store.MaxListLimit:
 		return fmt.Errorf("barrier: read %s: %w: page size %d, must be 0..%d",
 			stream, store.ErrInvalidCount, opts.PageSize, store.MaxListLimit)
+	case opts.SaveEvery < 0:
+		return fmt.Errorf("barrier: read %s: %w: save every %d", stream, store.ErrInvalidCount, opts.SaveEvery)
+	case opts.SaveEvery > 0 && opts.Reader == "":
+		return fmt.Errorf("barrier: read %s: %w", stream, ErrSaveWithoutReader)
 	case opts.Reader == "":
 		return nil
 	case opts.After != 0:
@@ -162,13 +199,51 @@ func checkReadOpts(stream string, opts *ReadOpts) error {
 }
 
 // reader is the state of one Entries iteration beyond its position: the
-// retries of a follower.
+// retries of a follower, and the saves of SaveEvery.
 type reader struct {
 	b      *Barrier
 	stream string
 	opts   *ReadOpts
 	bo     *backoff.ExponentialBackOff // made on the first failure
 	fails  int                         // consecutive failed reads
+	saver  CheckpointSaver             // with SaveEvery
+	passed int64                       // every entry up to it was handled by the loop body (or skipped)
+	saved  int64                       // the checkpoint as this reader last saved (or found) it
+}
+
+// pass notes that the loop body returned from the entry number (or that
+// it was skipped), and saves every SaveEvery of them.
+func (r *reader) pass(ctx context.Context, number int64) {
+	r.passed = number
+	if r.saver != nil && r.passed-r.saved >= int64(r.opts.SaveEvery) {
+		r.save(ctx)
+	}
+}
+
+// save saves the position passed, if SaveEvery asks for saves and it moved.
+func (r *reader) save(ctx context.Context) {
+	if r.saver == nil || r.passed == r.saved {
+		return
+	}
+	if err := r.saver.SaveCheckpoint(ctx, r.opts.Reader, r.stream, r.passed, nil); err != nil {
+		if ctx.Err() == nil {
+			r.b.logger.Warn("barrier: save checkpoint failed", slog.String("stream", r.stream),
+				slog.String("reader", r.opts.Reader), slog.Int64("position", r.passed), slog.Any("error", err))
+		}
+		return
+	}
+	r.saved = r.passed
+}
+
+// saveOnExit saves what was passed when the iteration ends, even after ctx
+// ended (bounded by SaveTimeout).
+func (r *reader) saveOnExit(ctx context.Context) {
+	if r.saver == nil || r.passed == r.saved {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SaveTimeout)
+	defer cancel()
+	r.save(sctx)
 }
 
 // start returns the position to read after: After, or the reader's saved
@@ -180,6 +255,11 @@ func (r *reader) start(ctx context.Context) (int64, error) {
 	cp, ok := r.b.src.(Checkpoints)
 	if !ok {
 		return 0, fmt.Errorf("barrier: read %s as %q: %w", r.stream, r.opts.Reader, ErrNoCheckpoints)
+	}
+	if r.opts.SaveEvery > 0 {
+		if r.saver, ok = r.b.src.(CheckpointSaver); !ok {
+			return 0, fmt.Errorf("barrier: read %s as %q: %w (SaveEvery)", r.stream, r.opts.Reader, ErrNoCheckpoints)
+		}
 	}
 	for {
 		pos, err := cp.Checkpoint(ctx, r.opts.Reader, r.stream)
