@@ -58,13 +58,14 @@ func backends(t *testing.T) []backend {
 
 // memoryState is everything the memory store tells.
 type memoryState struct {
-	Streams []string
-	Entries map[string][]store.Entry
-	Stats   map[string]store.StreamStats
-	Leases  []store.NamedLease
-	History []store.LeaseEvent
-	Inbox   map[string]time.Time // the fixture's inbox records: consumer/id -> received at
-	Records int64                // every inbox record
+	Streams     []string
+	Entries     map[string][]store.Entry
+	Stats       map[string]store.StreamStats
+	Leases      []store.NamedLease
+	History     []store.LeaseEvent
+	Inbox       map[string]time.Time // the fixture's inbox records: consumer/id -> received at
+	Records     int64                // every inbox record
+	Checkpoints []store.Checkpoint
 }
 
 func readAll(t *testing.T, s Store, at time.Time) memoryState {
@@ -93,6 +94,8 @@ func readAll(t *testing.T, s Store, at time.Time) memoryState {
 		}
 	}
 	st.Records, err = s.CountReceived(ctx, "")
+	require.NoError(t, err)
+	st.Checkpoints, err = s.ListCheckpoints(ctx, &store.ListCheckpointsParams{Limit: store.MaxListLimit})
 	require.NoError(t, err)
 	return st
 }
@@ -158,6 +161,7 @@ func newFixture(t *testing.T, s Store) *fixture {
 		_, err := s.MarkReceived(ctx, "payments", id, &store.ReceiveParams{Now: &past})
 		require.NoError(t, err)
 	}
+	require.NoError(t, s.SaveCheckpoint(ctx, "projection", "orders", 1, nil)) // the watermark is 1
 
 	leaser, err := sequence.New(s, &sequence.Config{MaxPayload: limit, MaxLeaseBatch: 1, Owner: "leaser"})
 	require.NoError(t, err)
@@ -246,6 +250,18 @@ func cases() []hostile {
 		add("ListGaps: stream "+desc, store.ErrInvalidStream, func(ctx context.Context, f *fixture) error {
 			_, err := f.s.ListGaps(ctx, n, nil)
 			return err
+		})
+		add("SaveCheckpoint: reader "+desc, store.ErrInvalidReader, func(ctx context.Context, f *fixture) error {
+			return f.s.SaveCheckpoint(ctx, n, "orders", 1, nil)
+		})
+		add("SaveCheckpoint: stream "+desc, store.ErrInvalidStream, func(ctx context.Context, f *fixture) error {
+			return f.s.SaveCheckpoint(ctx, "projection", n, 0, nil)
+		})
+		add("DeleteCheckpoint: reader "+desc, store.ErrInvalidReader, func(ctx context.Context, f *fixture) error {
+			return f.s.DeleteCheckpoint(ctx, n, "orders")
+		})
+		add("DeleteCheckpoint: stream "+desc, store.ErrInvalidStream, func(ctx context.Context, f *fixture) error {
+			return f.s.DeleteCheckpoint(ctx, "projection", n)
 		})
 		add("sequence Lease: stream "+desc, store.ErrInvalidStream, func(ctx context.Context, f *fixture) error {
 			_, err := f.leaser.Lease(ctx, n, nil)
@@ -395,6 +411,11 @@ func cases() []hostile {
 			return f.handle.KeepAlive(&sequence.KeepAliveOpts{RenewShare: share})
 		})
 	}
+	for desc, pos := range map[string]int64{"-1": -1, "MinInt64": math.MinInt64} {
+		add("SaveCheckpoint: position "+desc, store.ErrInvalidNumber, func(ctx context.Context, f *fixture) error {
+			return f.s.SaveCheckpoint(ctx, "projection", "orders", pos, nil)
+		})
+	}
 	add("AcquireLease: MaxRenewals -1", store.ErrInvalidCount, func(ctx context.Context, f *fixture) error {
 		_, err := f.s.AcquireLease(ctx, "other", "owner-2", &store.AcquireLeaseParams{TTL: time.Minute, MaxRenewals: -1})
 		return err
@@ -535,6 +556,11 @@ func TestStrangeButValidNamesRoundTrip(t *testing.T) {
 				n, err := b.s.CountReceived(ctx, name)
 				require.NoError(t, err)
 				require.Equal(t, int64(1), n, name)
+				require.NoError(t, b.s.SaveCheckpoint(ctx, name, name, 1, nil), name) // the gap resolved 1
+				cs, err := b.s.ListCheckpoints(ctx, &store.ListCheckpointsParams{Reader: name, Stream: name})
+				require.NoError(t, err)
+				require.Len(t, cs, 1)
+				require.Equal(t, []any{name, name, int64(1), int64(1)}, []any{cs[0].Reader, cs[0].Stream, cs[0].Position, cs[0].Watermark})
 			}
 			after, err := b.s.Read(ctx, "orders", 0, 0)
 			require.NoError(t, err)
@@ -543,6 +569,9 @@ func TestStrangeButValidNamesRoundTrip(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, held.Held())
 			require.Equal(t, f.leader.Fence, held.Fence)
+			pos, err := b.s.Checkpoint(ctx, "projection", "orders")
+			require.NoError(t, err)
+			require.Equal(t, int64(1), pos)
 		})
 	}
 }
