@@ -73,6 +73,19 @@ func FuzzValidateStream(f *testing.F) {
 	})
 }
 
+func FuzzValidateReader(f *testing.F) {
+	for _, s := range hostileSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		checkVerdict(t, "ValidateReader", s, nameOK(s), store.ValidateReader(s), store.ErrInvalidReader)
+		// A checkpoint's key and a save add only the stream and the position.
+		checkVerdict(t, "ValidateCheckpointKey(reader)", s, nameOK(s), store.ValidateCheckpointKey(s, "orders"), store.ErrInvalidReader)
+		checkVerdict(t, "ValidateSaveCheckpoint(reader)", s, nameOK(s), store.ValidateSaveCheckpoint(s, "orders", 0), store.ErrInvalidReader)
+		checkVerdict(t, "ValidateCheckpointKey(stream)", s, nameOK(s), store.ValidateCheckpointKey("r", s), store.ErrInvalidStream)
+	})
+}
+
 func FuzzValidateLeaseName(f *testing.F) {
 	for _, s := range hostileSeeds {
 		f.Add(s)
