@@ -25,7 +25,7 @@ type queries struct {
 	recoverExpiredHook, recoverExpiredBatchHook string
 	claimHooks, ackHook, retryHook, addHooks    string
 	hookStats                                   string
-	appendEntries, xactID, confirm               string
+	appendEntries, xactID, confirm              string
 }
 
 // entryColumns is the column list scanEntry reads.
