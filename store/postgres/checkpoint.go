@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,8 +17,6 @@ type checkpointQueries struct {
 	get, save, list, del string
 }
 
-var checkpointSQL sync.Map // schema -> *checkpointQueries
-
 // watermarkOf is the watermark of the stream named by expr, from one
 // snapshot: one below its oldest leased number (the partial index
 // entries_unresolved), else its last number, else 0 (no such stream).
@@ -30,10 +27,9 @@ func watermarkOf(expr string) string {
 	0)`
 }
 
-func checkpointQueriesFor(schema string) *checkpointQueries {
-	if q, ok := checkpointSQL.Load(schema); ok {
-		return q.(*checkpointQueries)
-	}
+// buildCheckpointQueries returns the statements of reader checkpoints for
+// schema; New builds them once.
+func buildCheckpointQueries(schema string) *checkpointQueries {
 	s := pgx.Identifier{schema}.Sanitize()
 	q := &checkpointQueries{
 		get: `SELECT position FROM {s}.checkpoints WHERE reader = $1 AND stream = $2`,
@@ -73,13 +69,12 @@ ORDER BY c.reader, c.stream LIMIT $5`,
 	for _, p := range []*string{&q.get, &q.save, &q.list, &q.del} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
-	v, _ := checkpointSQL.LoadOrStore(schema, q)
-	return v.(*checkpointQueries)
+	return q
 }
 
 // cq returns the checkpoint statements of s's schema (its channel is the
 // schema's name).
-func (s *Store) cq() *checkpointQueries { return checkpointQueriesFor(s.channel) }
+func (s *Store) cq() *checkpointQueries { return s.ckq }
 
 // Checkpoint returns the position reader saved for stream, 0 if none.
 func (s *Store) Checkpoint(ctx context.Context, reader, stream string) (int64, error) {

@@ -49,8 +49,9 @@ type Config struct {
 type Store struct {
 	db      DB
 	q       queries
-	inq     inboxQueries // inbox.go
-	channel string       // the NOTIFY channel: the schema's name
+	inq     inboxQueries       // inbox.go
+	ckq     *checkpointQueries // checkpoint.go
+	channel string             // the NOTIFY channel: the schema's name
 	logger  *slog.Logger
 	decided decidedSetup // see queryDecided
 	notes   *notices     // notice.go
@@ -85,7 +86,7 @@ func New(db DB, cfg *Config) (*Store, error) {
 	if cfg != nil && cfg.Logger != nil {
 		logger = cfg.Logger
 	}
-	s := &Store{db: db, q: buildQueries(schema), inq: buildInboxQueries(schema), channel: schema, logger: logger}
+	s := &Store{db: db, q: buildQueries(schema), inq: buildInboxQueries(schema), ckq: buildCheckpointQueries(schema), channel: schema, logger: logger}
 	s.notes = newNotices(s)
 	return s, nil
 }

@@ -87,7 +87,7 @@ func (s *Store) InTx(tx pgx.Tx) *Store {
 	if tx == nil {
 		db = nilTx{}
 	}
-	t := &Store{db: db, q: root.q, channel: root.channel, logger: root.logger, root: root}
+	t := &Store{db: db, q: root.q, inq: root.inq, ckq: root.ckq, channel: root.channel, logger: root.logger, root: root}
 	t.notes = newNotices(t)
 	t.notes.root = root.notes
 	return t

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -423,4 +424,45 @@ func TestInTxConcurrentTransactions(t *testing.T) {
 		k.waitHeard(t, i)
 	}
 	require.False(t, k.heardOf(n+1), "nothing beyond the last number that exists")
+}
+
+// TestInTxRecordsAndCheckpoints: the inbox records and reader checkpoints
+// of a Store in the application's transaction are written in it, on both
+// protocols: gone with a rollback, kept with a commit. (An InTx Store once
+// lacked the inbox statements: pgx panicked on their empty SQL.)
+func TestInTxRecordsAndCheckpoints(t *testing.T) {
+	for _, simple := range []bool{false, true} {
+		t.Run(fmt.Sprintf("simple=%v", simple), func(t *testing.T) {
+			b := newTxBundle(t, simple)
+			_, err := b.s.Append(b.ctx, "orders", []store.AppendRequest{{Payload: []byte("a")}, {Payload: []byte("b")}}, nil)
+			require.NoError(t, err)
+
+			for _, commit := range []bool{false, true} {
+				tx := b.begin(t)
+				ts := b.s.InTx(tx)
+				first, err := ts.MarkReceived(b.ctx, "payments", "m-1", nil)
+				require.NoError(t, err)
+				require.True(t, first)
+				_, seen, err := ts.Received(b.ctx, "payments", "m-1")
+				require.NoError(t, err)
+				require.True(t, seen, "the transaction sees its own record")
+				require.NoError(t, ts.SaveCheckpoint(b.ctx, "projection", "orders", 2, nil))
+				pos, err := ts.Checkpoint(b.ctx, "projection", "orders")
+				require.NoError(t, err)
+				require.Equal(t, int64(2), pos)
+				if commit {
+					require.NoError(t, tx.Commit(b.ctx))
+				} else {
+					require.NoError(t, tx.Rollback(b.ctx))
+				}
+
+				_, seen, err = b.s.Received(b.ctx, "payments", "m-1")
+				require.NoError(t, err)
+				require.Equal(t, commit, seen, "the record commits with the transaction")
+				pos, err = b.s.Checkpoint(b.ctx, "projection", "orders")
+				require.NoError(t, err)
+				require.Equal(t, map[bool]int64{false: 0, true: 2}[commit], pos, "the checkpoint commits with the transaction")
+			}
+		})
+	}
 }
