@@ -39,39 +39,10 @@ type cli struct {
 	dsn, schema string
 	json        bool
 	out, errOut io.Writer
+	cmd         command // the command running; zero before one is chosen
 	pool        *pgxpool.Pool
 	store       *postgres.Store
 }
-
-const usage = `usage: seqlease [-dsn URL] [-schema NAME] [-json] COMMAND [ARGS]
-
-commands:
-  migrate up|down|status   apply, roll back (-steps N) or list the schema migrations
-  streams                  every stream: next number, watermark, in flight, expired, open gaps
-                           (and of them those whose work was recovered under a new number:
-                           the others lost theirs), oldest unresolved; EXPIRED and RECOVERED
-                           count up to 10000 (10000+: more; -json: the _capped fields)
-  inspect STREAM           entries with their states (-from N, -limit K)
-  gaps STREAM              open gaps with reasons (-limit K)
-  trim STREAM BELOW        remove resolved entries below BELOW (never unresolved ones)
-  watch STREAM             the watermark and the lag, live (-interval D, -count N)
-  audit STREAM             check the ledger against I1, I2, I4 and I6 (-ordered, -max-unresolved D);
-                           exit 1 on a violation
-  leases                   live named leases: holder, fence, expiry (-owner O, -held-for D)
-  force-release OWNER      end every named lease OWNER holds (a crashed agent's)
-  inbox [CONSUMER]         count the inbox records (of CONSUMER, else of every consumer); with
-                           -purge-older-than D first delete those received more than D ago by the
-                           database's clock, in batches of -batch N (default 1000)
-  hooks                    durable hooks of the cleanup loop not yet delivered: pending, failing
-                           (at least one failed delivery), age of the oldest
-  readers                  every reader's checkpoint: stream, checkpoint, watermark, lag
-                           (-reader R, -stream S)
-  delete-checkpoint -reader R -stream S
-                           remove a reader's checkpoint: it starts again from the beginning
-                           (or from the position it saves next)
-
-The connection comes from -dsn, else DATABASE_URL, else the PG* environment variables.
-`
 
 // run runs the command line args and returns the exit code.
 func run(ctx context.Context, args []string, out, errOut io.Writer) int {
@@ -85,12 +56,17 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	case err == nil:
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(errOut, "seqlease: %v\n\n%s", err, usage)
+		fmt.Fprintf(errOut, "seqlease: %v\n\n", err)
+		if c.cmd.name != "" {
+			fmt.Fprintf(errOut, "usage: %s\n(seqlease %s -h: its help and flags)\n", strings.TrimSpace(globalSynopsis+" "+c.cmd.name+" "+c.cmd.args), c.cmd.name)
+		} else {
+			printUsage(errOut)
+		}
 		return 2
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errFlag):
-		return 2 // the flag package printed the error and the usage
+		return 2 // the flag package printed the error, c.parse the usage
 	}
 	fmt.Fprintf(errOut, "seqlease: %v\n", err)
 	return 1
@@ -101,7 +77,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 func (c *cli) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(c.errOut)
-	fs.Usage = func() { fmt.Fprint(c.errOut, usage) }
+	fs.Usage = func() {} // c.parse prints it
 	if c.schema == "" {
 		c.schema = migrations.DefaultSchema
 	}
@@ -113,46 +89,32 @@ func (c *cli) flags(name string) *flag.FlagSet {
 
 func (c *cli) run(ctx context.Context, args []string) error {
 	global := c.flags("seqlease")
-	if err := parse(global, args); err != nil {
+	if err := c.parse(global, args); err != nil {
 		return err
 	}
 	args = global.Args()
 	if len(args) == 0 {
 		return usagef("no command")
 	}
-	cmd, args := args[0], args[1:]
-	switch cmd {
-	case "migrate":
-		return c.migrate(ctx, args)
-	case "streams":
-		return c.streams(ctx, args)
-	case "inspect":
-		return c.inspect(ctx, args)
-	case "gaps":
-		return c.gaps(ctx, args)
-	case "trim":
-		return c.trim(ctx, args)
-	case "watch":
-		return c.watch(ctx, args)
-	case "audit":
-		return c.audit(ctx, args)
-	case "leases":
-		return c.leases(ctx, args)
-	case "force-release":
-		return c.forceRelease(ctx, args)
-	case "inbox":
-		return c.inbox(ctx, args)
-	case "hooks":
-		return c.hooks(ctx, args)
-	case "readers":
-		return c.readers(ctx, args)
-	case "delete-checkpoint":
-		return c.deleteCheckpoint(ctx, args)
-	case "help":
-		fmt.Fprint(c.out, usage)
-		return nil
+	name, args := args[0], args[1:]
+	if name == "help" {
+		if len(args) == 0 {
+			printUsage(c.out)
+			return nil
+		}
+		cmd, ok := lookup(args[0])
+		if !ok {
+			return usagef("help: unknown command %q", args[0])
+		}
+		c.cmd = cmd
+		return cmd.run(c, ctx, []string{"-h"})
 	}
-	return usagef("unknown command %q", cmd)
+	cmd, ok := lookup(name)
+	if !ok {
+		return usagef("unknown command %q", name)
+	}
+	c.cmd = cmd
+	return cmd.run(c, ctx, args)
 }
 
 // connect opens the pool and checks that the database answers.
@@ -187,14 +149,48 @@ func (c *cli) connect(ctx context.Context) error {
 	return err
 }
 
-// parse parses args with fs, marking the flag package's own errors (which
-// it has printed with the usage) for exit code 2.
-func parse(fs *flag.FlagSet, args []string) error {
+// parse parses args with fs. Asked for help (-h, --help), it prints the
+// usage of the command (of seqlease before one) on stdout and returns
+// flag.ErrHelp: exit code 0. The flag package's own errors, which it has
+// printed, are marked for exit code 2, with the usage after them.
+func (c *cli) parse(fs *flag.FlagSet, args []string) error {
 	err := fs.Parse(args)
+	w := c.errOut
+	if errors.Is(err, flag.ErrHelp) {
+		w = c.out
+	}
+	if err != nil {
+		if c.cmd.name == "" {
+			printUsage(w)
+		} else {
+			printCommandUsage(w, c.cmd, fs)
+		}
+	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		return fmt.Errorf("%w: %w", errFlag, err)
 	}
 	return err
+}
+
+// positional parses a command's flags around its positional arguments,
+// of which it wants between least and most.
+func (c *cli) positional(fs *flag.FlagSet, args []string, least, most int) ([]string, error) {
+	var pos []string
+	for len(args) > 0 {
+		if err := c.parse(fs, args); err != nil {
+			return nil, err
+		}
+		if args = fs.Args(); len(args) > 0 {
+			pos, args = append(pos, args[0]), args[1:]
+		}
+	}
+	switch {
+	case len(pos) > most:
+		return nil, usagef("%s: unexpected %q", fs.Name(), pos[most])
+	case len(pos) < least:
+		return nil, usagef("%s needs %s", fs.Name(), strings.Join(strings.Fields(c.cmd.args)[:least], " "))
+	}
+	return pos, nil
 }
 
 // explain turns store errors into operator advice.
@@ -240,21 +236,40 @@ func (c *cli) emit(v any, header []string, rows [][]string) error {
 	return tw.Flush()
 }
 
+// migrationRow is one line of `migrate up` and `migrate down`.
+type migrationRow struct {
+	Action   string `json:"action"` // up or down
+	Version  int    `json:"version"`
+	Name     string `json:"name"`
+	Checksum string `json:"checksum"`
+}
+
+// statusRow is one line of `migrate status`.
+type statusRow struct {
+	Version    int       `json:"version"`
+	Name       string    `json:"name"`
+	Applied    bool      `json:"applied"`
+	AppliedAt  time.Time `json:"applied_at,omitzero"` // absent while pending
+	ChecksumOK bool      `json:"checksum_ok"`
+	Known      bool      `json:"known"` // this binary embeds it
+}
+
 func (c *cli) migrate(ctx context.Context, args []string) error {
 	fs := c.flags("migrate")
 	steps := fs.Int("steps", 1, "migrations to roll back (down)")
-	if len(args) == 0 {
+	pos, err := c.positional(fs, args, 0, 1)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
 		return usagef("migrate needs up, down or status")
 	}
-	action := args[0]
+	action := pos[0]
 	if action != "up" && action != "down" && action != "status" {
 		return usagef("migrate: unknown action %q", action)
 	}
-	if err := parse(fs, args[1:]); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("migrate %s: unexpected %q", action, fs.Arg(0))
+	if *steps < 1 {
+		return usagef("migrate: -steps must be at least 1")
 	}
 	if err := c.connect(ctx); err != nil {
 		return err
@@ -269,34 +284,36 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		done, err = m.Up(ctx, c.pool)
 	case "down":
 		done, err = m.Down(ctx, c.pool, *steps)
-	case "status":
+	default: // status
 		st, err := m.Status(ctx, c.pool)
 		if err != nil {
 			return err
 		}
+		out := make([]statusRow, len(st))
 		rows := make([][]string, len(st))
 		for i, s := range st {
+			out[i] = statusRow{s.Version, s.Name, s.Applied, s.AppliedAt, s.ChecksumOK, s.Known}
 			applied, checksum := "pending", "-"
 			if s.Applied {
 				applied, checksum = s.AppliedAt.Format(time.RFC3339), strconv.FormatBool(s.ChecksumOK)
 			}
 			rows[i] = []string{strconv.Itoa(s.Version), s.Name, applied, checksum, strconv.FormatBool(s.Known)}
 		}
-		return c.emit(st, []string{"VERSION", "NAME", "APPLIED", "CHECKSUM OK", "KNOWN"}, rows)
-	default:
-		return usagef("migrate: unknown action %q", action)
+		return c.emit(out, []string{"VERSION", "NAME", "APPLIED", "CHECKSUM OK", "KNOWN"}, rows)
 	}
 	if err != nil {
 		return err
 	}
+	out := make([]migrationRow, len(done))
 	rows := make([][]string, len(done))
 	for i, d := range done {
+		out[i] = migrationRow{action, d.Version, d.Name, d.Checksum}
 		rows[i] = []string{action, d.String()}
 	}
 	if len(rows) == 0 {
 		rows = [][]string{{action, "nothing to do"}}
 	}
-	return c.emit(done, []string{"ACTION", "MIGRATION"}, rows)
+	return c.emit(out, []string{"ACTION", "MIGRATION"}, rows)
 }
 
 // maxCount is where the counts that `streams` takes by listing entries
@@ -327,7 +344,7 @@ type streamRow struct {
 
 func (c *cli) streams(ctx context.Context, args []string) error {
 	fs := c.flags("streams")
-	if err := parse(fs, args); err != nil {
+	if _, err := c.positional(fs, args, 0, 0); err != nil {
 		return err
 	}
 	if err := c.connect(ctx); err != nil {
@@ -381,17 +398,9 @@ func (c *cli) streamRow(ctx context.Context, name string, now time.Time) (stream
 	if err != nil {
 		return streamRow{}, err
 	}
-	expired, err := c.store.ListExpired(ctx, &store.ListExpiredParams{Stream: name, Limit: maxCount})
+	expired, expiredCapped, err := c.expired(ctx, name, nil)
 	if err != nil {
 		return streamRow{}, err
-	}
-	expiredCapped := false
-	if len(expired) == maxCount {
-		more, err := c.store.ListExpired(ctx, &store.ListExpiredParams{Stream: name, AfterStream: name, AfterNumber: expired[len(expired)-1].Number, Limit: 1})
-		if err != nil {
-			return streamRow{}, err
-		}
-		expiredCapped = len(more) > 0
 	}
 	gaps, err := c.store.CountGaps(ctx, name)
 	if err != nil {
@@ -411,6 +420,19 @@ func (c *cli) streamRow(ctx context.Context, name string, now time.Time) (stream
 		r.OldestAge = now.Sub(st.OldestUnresolvedAt)
 	}
 	return r, nil
+}
+
+// expired lists the first maxCount expired leases of stream (by the
+// database clock, or at now); capped says there are more.
+func (c *cli) expired(ctx context.Context, stream string, now *time.Time) (es []store.Entry, capped bool, err error) {
+	es, err = c.store.ListExpired(ctx, &store.ListExpiredParams{Stream: stream, Limit: maxCount, Now: now})
+	if err != nil || len(es) < maxCount {
+		return es, false, err
+	}
+	last := es[len(es)-1]
+	more, err := c.store.ListExpired(ctx, &store.ListExpiredParams{Stream: stream, AfterStream: last.Stream,
+		AfterNumber: last.Number, Limit: 1, Now: now})
+	return es, len(more) > 0, err
 }
 
 // recoveredGaps counts the open gaps of stream whose work was recovered
@@ -484,30 +506,11 @@ func (c *cli) emitEntries(es []store.Entry) error {
 	return c.emit(out, []string{"NUMBER", "STATE", "REASON", "OPERATION", "KIND", "OWNER", "EXPIRES", "PAYLOAD", "NOTE"}, rows)
 }
 
-// streamArgs parses a command's flags around its positional arguments.
-func (c *cli) streamArgs(fs *flag.FlagSet, args []string, want int, names string) ([]string, error) {
-	var pos []string
-	for len(args) > 0 {
-		if err := parse(fs, args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) > 0 {
-			pos = append(pos, args[0])
-			args = args[1:]
-		}
-	}
-	if len(pos) != want {
-		return nil, usagef("%s needs %s", fs.Name(), names)
-	}
-	return pos, nil
-}
-
 func (c *cli) inspect(ctx context.Context, args []string) error {
 	fs := c.flags("inspect")
 	from := fs.Int64("from", 1, "first number to show")
 	limit := fs.Int("limit", 100, "entries to show")
-	pos, err := c.streamArgs(fs, args, 1, "STREAM")
+	pos, err := c.positional(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -518,6 +521,13 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 		return err
 	}
 	es, err := c.store.Read(ctx, pos[0], *from-1, *limit)
+	// Entries below the low point are gone: start there. Another trim may
+	// move it on meanwhile, hence the loop (bounded by the trims).
+	var te *store.TrimmedError
+	for tries := 0; tries < 10 && errors.As(err, &te); tries++ {
+		fmt.Fprintf(c.errOut, "seqlease: entries of %q below %d were trimmed (its low point); showing from %d\n", pos[0], te.LowPoint, te.LowPoint)
+		es, err = c.store.Read(ctx, pos[0], te.LowPoint-1, *limit)
+	}
 	if err != nil {
 		return c.explain(err, pos[0])
 	}
@@ -527,7 +537,7 @@ func (c *cli) inspect(ctx context.Context, args []string) error {
 func (c *cli) gaps(ctx context.Context, args []string) error {
 	fs := c.flags("gaps")
 	limit := fs.Int("limit", 100, "gaps to show")
-	pos, err := c.streamArgs(fs, args, 1, "STREAM")
+	pos, err := c.positional(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -546,7 +556,7 @@ func (c *cli) gaps(ctx context.Context, args []string) error {
 
 func (c *cli) trim(ctx context.Context, args []string) error {
 	fs := c.flags("trim")
-	pos, err := c.streamArgs(fs, args, 2, "STREAM BELOW")
+	pos, err := c.positional(fs, args, 2, 2)
 	if err != nil {
 		return err
 	}
@@ -572,7 +582,7 @@ func (c *cli) watch(ctx context.Context, args []string) error {
 	fs := c.flags("watch")
 	interval := fs.Duration("interval", time.Second, "time between lines")
 	count := fs.Int("count", 0, "lines to print (0: until interrupted)")
-	pos, err := c.streamArgs(fs, args, 1, "STREAM")
+	pos, err := c.positional(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -619,32 +629,81 @@ func (c *cli) watch(ctx context.Context, args []string) error {
 	return nil
 }
 
+// auditRow is the JSON of `audit`.
+type auditRow struct {
+	Stream    string `json:"stream"`
+	LowPoint  int64  `json:"low_point"` // the entries read are low_point..last
+	Last      int64  `json:"last"`
+	Committed int    `json:"committed"`
+	Gaps      int    `json:"gaps"`
+	Leased    int    `json:"leased"`
+	Recovered int    `json:"recovered"` // committed entries carrying moved work
+	Filled    int    `json:"filled"`
+	// Expired lists the leases that expired and are unresolved (up to
+	// maxCount: ExpiredCapped says there are more). They are violations
+	// only with -max-unresolved, when older than it.
+	Expired       []expiredRow   `json:"expired_unresolved"`
+	ExpiredCapped bool           `json:"expired_unresolved_capped"`
+	Checks        []string       `json:"checks"`
+	Violations    []violationRow `json:"violations"`
+	OK            bool           `json:"ok"` // no violation: exit code 0
+}
+
+// expiredRow is an expired, unresolved lease in `audit`.
+type expiredRow struct {
+	Number      int64         `json:"number"`
+	Owner       string        `json:"owner"`
+	OperationID string        `json:"operation_id"`
+	Kind        string        `json:"kind"`
+	ExpiresAt   time.Time     `json:"expires_at"`
+	Overdue     time.Duration `json:"overdue_ns"` // how long past its expiry, by the database clock
+}
+
+// violationRow is a violation in `audit`.
+type violationRow struct {
+	Invariant string `json:"invariant"`
+	Number    int64  `json:"number,omitempty"` // 0 (absent): the stream as a whole
+	Detail    string `json:"detail"`
+}
+
+// maxExpiredLines is how many expired leases the table of `audit` lists
+// one by one (the JSON lists up to maxCount).
+const maxExpiredLines = 20
+
 func (c *cli) audit(ctx context.Context, args []string) error {
 	fs := c.flags("audit")
 	ordered := fs.Bool("ordered", false, "also check I4: the stream is written with ordered commits only")
 	maxUnresolved := fs.Duration("max-unresolved", 0, "also check I6: no lease unresolved longer than this past its expiry (e.g. the cleanup interval plus a cycle)")
-	pos, err := c.streamArgs(fs, args, 1, "STREAM")
+	pos, err := c.positional(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
+	stream := pos[0]
 	if *maxUnresolved < 0 {
 		return usagef("audit: -max-unresolved must not be negative")
 	}
 	if err := c.connect(ctx); err != nil {
 		return err
 	}
-	opts := &audit.Options{Ordered: *ordered, MaxUnresolved: *maxUnresolved}
-	if *maxUnresolved > 0 {
-		if opts.Now, err = c.store.Now(ctx); err != nil {
-			return c.explain(err, pos[0])
-		}
-	}
-	if _, err := c.store.Stats(ctx, pos[0]); err != nil {
-		return c.explain(err, pos[0])
-	}
-	r, err := audit.Stream(ctx, c.store, pos[0], opts)
+	now, err := c.store.Now(ctx)
 	if err != nil {
-		return c.explain(err, pos[0])
+		return c.explain(err, stream)
+	}
+	if _, err := c.store.Stats(ctx, stream); err != nil {
+		return c.explain(err, stream)
+	}
+	r, err := audit.Stream(ctx, c.store, stream, &audit.Options{Ordered: *ordered, MaxUnresolved: *maxUnresolved, Now: now})
+	if err != nil {
+		return c.explain(err, stream)
+	}
+	expired, capped, err := c.expired(ctx, stream, &now)
+	if err != nil {
+		return c.explain(err, stream)
+	}
+	row := auditRow{
+		Stream: stream, LowPoint: r.LowPoint, Last: r.Last, Committed: r.Committed, Gaps: r.Gaps, Leased: r.Leased,
+		Recovered: r.Recovered, Filled: r.Filled, Expired: []expiredRow{}, ExpiredCapped: capped,
+		Checks: r.Checks, Violations: []violationRow{}, OK: r.OK(),
 	}
 	rows := [][]string{{"entries", fmt.Sprintf("%d..%d", r.LowPoint, r.Last)},
 		{"committed", fmt.Sprint(r.Committed)}, {"gaps", fmt.Sprint(r.Gaps)}, {"leased", fmt.Sprint(r.Leased)},
@@ -652,14 +711,32 @@ func (c *cli) audit(ctx context.Context, args []string) error {
 	for _, ch := range r.Checks {
 		rows = append(rows, []string{"checked", ch})
 	}
+	for _, e := range expired {
+		row.Expired = append(row.Expired, expiredRow{e.Number, e.Owner, e.OperationID, e.Kind, e.ExpiresAt, now.Sub(e.ExpiresAt)})
+	}
+	if len(expired) > 0 {
+		rows = append(rows, []string{"expired", fmt.Sprintf("%s leases expired and unresolved: does a cleanup loop run? (seqlease cleanup %s -dry-run)",
+			atLeast(len(expired), row.ExpiredCapped), stream)})
+	} else {
+		rows = append(rows, []string{"expired", "0 leases expired and unresolved"})
+	}
+	for i, e := range row.Expired {
+		if i == maxExpiredLines {
+			rows = append(rows, []string{"EXPIRED", fmt.Sprintf("... and %s more (-json lists up to %d)", atLeast(len(expired)-i, row.ExpiredCapped), maxCount)})
+			break
+		}
+		rows = append(rows, []string{"EXPIRED", fmt.Sprintf("entry %d: unresolved %v past its expiry (owner %q, operation %q)",
+			e.Number, e.Overdue.Round(time.Millisecond), e.Owner, e.OperationID)})
+	}
 	for _, v := range r.Violations {
+		row.Violations = append(row.Violations, violationRow{v.Invariant, v.Number, v.Detail})
 		rows = append(rows, []string{"VIOLATION", v.String()})
 	}
-	if err := c.emit(r, []string{"AUDIT", pos[0]}, rows); err != nil {
+	if err := c.emit(row, []string{"AUDIT", stream}, rows); err != nil {
 		return err
 	}
 	if !r.OK() {
-		return fmt.Errorf("audit of %q found %d violations", pos[0], len(r.Violations))
+		return fmt.Errorf("audit of %q found %d violations", stream, len(r.Violations))
 	}
 	return nil
 }
@@ -678,11 +755,8 @@ func (c *cli) leases(ctx context.Context, args []string) error {
 	fs := c.flags("leases")
 	owner := fs.String("owner", "", "only this owner's leases")
 	heldFor := fs.Duration("held-for", 0, "only leases held at least this long (long-held leases)")
-	if err := parse(fs, args); err != nil {
+	if _, err := c.positional(fs, args, 0, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("leases: unexpected %q", fs.Arg(0))
 	}
 	if *heldFor < 0 {
 		return usagef("leases: -held-for must not be negative")
@@ -728,11 +802,8 @@ type hooksRow struct {
 
 func (c *cli) hooks(ctx context.Context, args []string) error {
 	fs := c.flags("hooks")
-	if err := parse(fs, args); err != nil {
+	if _, err := c.positional(fs, args, 0, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("hooks: unexpected %q", fs.Arg(0))
 	}
 	if err := c.connect(ctx); err != nil {
 		return err
@@ -756,7 +827,7 @@ func (c *cli) hooks(ctx context.Context, args []string) error {
 
 func (c *cli) forceRelease(ctx context.Context, args []string) error {
 	fs := c.flags("force-release")
-	pos, err := c.streamArgs(fs, args, 1, "OWNER")
+	pos, err := c.positional(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
@@ -786,17 +857,9 @@ func (c *cli) inbox(ctx context.Context, args []string) error {
 	fs := c.flags("inbox")
 	olderThan := fs.Duration("purge-older-than", 0, "delete the records received more than this long ago (0: purge nothing)")
 	batch := fs.Int("batch", store.DefaultPurgeLimit, "records deleted per statement")
-	var pos []string
-	for len(args) > 0 {
-		if err := parse(fs, args); err != nil {
-			return err
-		}
-		if args = fs.Args(); len(args) > 0 {
-			pos, args = append(pos, args[0]), args[1:]
-		}
-	}
-	if len(pos) > 1 {
-		return usagef("inbox: unexpected %q", pos[1])
+	pos, err := c.positional(fs, args, 0, 1)
+	if err != nil {
+		return err
 	}
 	consumer := ""
 	if len(pos) == 1 {

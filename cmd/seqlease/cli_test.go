@@ -109,9 +109,26 @@ func TestEndToEnd(t *testing.T) {
 	code, out, _ = seqlease(t, "-schema", schema, "trim", "orders", "100")
 	require.Equal(t, 0, code)
 	require.Regexp(t, `orders\s+5`, out, "trimmed up to the watermark, never past it")
-	code, _, errOut = seqlease(t, "-schema", schema, "inspect", "orders", "-from", "2")
-	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "trimmed")
+	// After the trim, inspect starts at the low point, and says so.
+	for _, args := range [][]string{{"inspect", "orders", "-from", "2"}, {"inspect", "orders"}} {
+		code, out, errOut = seqlease(t, append([]string{"-schema", schema}, args...)...)
+		require.Equal(t, 0, code, errOut)
+		require.Contains(t, errOut, `entries of "orders" below 5 were trimmed (its low point); showing from 5`)
+		lines = strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 3, out) // header, 5, 6
+		require.Regexp(t, `^5\s+leased\s+`, lines[1])
+		require.Regexp(t, `^6\s+committed\s+`, lines[2])
+	}
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "inspect", "orders", "-from", "3", "-limit", "1")
+	require.Equal(t, 0, code, errOut)
+	var after []entryRow
+	require.NoError(t, json.Unmarshal([]byte(out), &after))
+	require.Len(t, after, 1)
+	require.Equal(t, int64(5), after[0].Number)
+	code, out, errOut = seqlease(t, "-schema", schema, "inspect", "orders", "-from", "6")
+	require.Equal(t, 0, code, errOut)
+	require.Empty(t, errOut, "no note when -from is at or above the low point")
+	require.Regexp(t, `\n6\s+committed`, out)
 
 	code, _, errOut = seqlease(t, "-schema", schema, "inspect", "nope")
 	require.Equal(t, 1, code)
@@ -259,6 +276,26 @@ func TestErrors(t *testing.T) {
 		{"readers with a bad reader", []string{"-schema", schema, "readers", "-reader", "a\nb"}, 2, "invalid reader name"},
 		{"delete-checkpoint without reader", []string{"-schema", schema, "delete-checkpoint", "-stream", "s"}, 2, "needs -reader R and -stream S"},
 		{"delete-checkpoint with a bad stream", []string{"-schema", schema, "delete-checkpoint", "-reader", "r", "-stream", "\x00"}, 2, "invalid stream name"},
+		{"help for an unknown command", []string{"help", "frobnicate"}, 2, `help: unknown command "frobnicate"`},
+		{"migrate down with no steps", []string{"-dsn", "postgres://nobody@127.0.0.1:1/x", "migrate", "down", "-steps", "0"}, 2, "-steps must be at least 1"},
+		{"migrate with two actions", []string{"migrate", "up", "down"}, 2, `migrate: unexpected "down"`},
+		{"streams with an argument", []string{"-schema", schema, "streams", "x"}, 2, `streams: unexpected "x"`},
+		{"a mistake shows the command's usage", []string{"-schema", schema, "trim", "s"}, 2, "usage: seqlease [-dsn URL] [-schema NAME] [-json] trim STREAM BELOW"},
+		{"an unknown flag shows the command's flags", []string{"-schema", schema, "gaps", "s", "-frob"}, 2, "-limit int"},
+		{"cleanup with a bad stream", []string{"-schema", schema, "cleanup", "a\x00b"}, 2, "cleanup: STREAM"},
+		{"cleanup dry run recording hooks", []string{"-schema", schema, "cleanup", "-dry-run", "-durable-hooks"}, 2, "a -dry-run records nothing"},
+		{"cleanup of an unknown stream", []string{"-schema", schema, "cleanup", "nope"}, 1, `unknown stream "nope"`},
+		{"fill-gap without -by", []string{"-schema", schema, "fill-gap", "s", "1", "-payload", "x"}, 2, "filled by is required"},
+		{"fill-gap without a payload", []string{"-schema", schema, "fill-gap", "s", "1", "-by", "me"}, 2, "needs one of -payload TEXT and -payload-file FILE"},
+		{"fill-gap with two payloads", []string{"-schema", schema, "fill-gap", "s", "1", "-by", "me", "-payload", "x", "-payload-file", "f"}, 2, "needs one of -payload"},
+		{"fill-gap with a bad number", []string{"-schema", schema, "fill-gap", "s", "0", "-by", "me", "-payload", "x"}, 2, "NUMBER must be a number of at least 1"},
+		{"fill-gap without a number", []string{"-schema", schema, "fill-gap", "s"}, 2, "fill-gap needs STREAM NUMBER"},
+		{"fill-gap of an unknown stream", []string{"-schema", schema, "fill-gap", "nope", "1", "-by", "me", "-payload", "x"}, 1, `unknown stream "nope"`},
+		{"fill-gap with a missing file", []string{"-schema", schema, "fill-gap", "s", "1", "-by", "me", "-payload-file", "/nonexistent/x"}, 1, "-payload-file"},
+		{"lease-history without a name", []string{"-schema", schema, "lease-history"}, 2, "lease-history needs NAME"},
+		{"lease-history with a bad name", []string{"-schema", schema, "lease-history", "a\nb"}, 2, "lease-history: NAME"},
+		{"lease-history with a bad limit", []string{"-schema", schema, "lease-history", "x", "-limit", "0"}, 2, "-limit must be in"},
+		{"version with an argument", []string{"version", "x"}, 2, `version: unexpected "x"`},
 		{"delete-checkpoint of nothing", []string{"-schema", schema, "delete-checkpoint", "-reader", "r", "-stream", "s"}, 1, `reader "r" has no checkpoint in stream "s"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -33,11 +33,8 @@ func (c *cli) readers(ctx context.Context, args []string) error {
 	fs := c.flags("readers")
 	reader := fs.String("reader", "", "only this reader's checkpoints")
 	stream := fs.String("stream", "", "only this stream's checkpoints")
-	if err := parse(fs, args); err != nil {
+	if _, err := c.positional(fs, args, 0, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("readers: unexpected %q", fs.Arg(0))
 	}
 	p := &store.ListCheckpointsParams{Reader: *reader, Stream: *stream, Limit: store.MaxListLimit}
 	if _, err := store.ValidateListCheckpoints(p); err != nil {
@@ -71,11 +68,8 @@ func (c *cli) deleteCheckpoint(ctx context.Context, args []string) error {
 	fs := c.flags("delete-checkpoint")
 	reader := fs.String("reader", "", "the reader (required)")
 	stream := fs.String("stream", "", "the stream (required)")
-	if err := parse(fs, args); err != nil {
+	if _, err := c.positional(fs, args, 0, 0); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return usagef("delete-checkpoint: unexpected %q", fs.Arg(0))
 	}
 	if *reader == "" || *stream == "" {
 		return usagef("delete-checkpoint needs -reader R and -stream S")
