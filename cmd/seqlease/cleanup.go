@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,8 +105,11 @@ func (c *cli) cleanup(ctx context.Context, args []string) error {
 	if perr := c.printCleanup(res); perr != nil {
 		return perr
 	}
-	if err != nil {
-		return fmt.Errorf("cleanup left %d expired leases unresolved: %w", res.Failed, c.explain(err, stream))
+	switch {
+	case err != nil && res.Failed > 0:
+		return fmt.Errorf("cleanup: %d expired leases could not be resolved (they stay expired; their streams wait): %w", res.Failed, c.explain(err, stream))
+	case err != nil:
+		return fmt.Errorf("cleanup: %w", c.explain(err, stream))
 	}
 	return nil
 }
@@ -132,7 +136,7 @@ type handled struct {
 
 func (h *handled) Handled(e store.Entry, _ time.Time, r recovery.Result, err error) {
 	row := cleanupRow{Stream: e.Stream, Number: e.Number, OperationID: e.OperationID, Kind: e.Kind, Owner: e.Owner,
-		ExpiresAt: e.ExpiresAt, Action: actionGap}
+		ExpiresAt: e.ExpiresAt, Action: actionGap, Detail: "reason " + cmp.Or(r.Reason, store.ReasonExpired)}
 	switch {
 	case err != nil:
 		row.Action, row.Detail = actionFailed, err.Error()

@@ -113,7 +113,7 @@ func TestCleanup(t *testing.T) {
 	require.NoError(t, s.ReleaseLease(ctx, other.Name, other.Owner, other.Fence, nil))
 	code, out, errOut = seqlease(t, "-schema", schema, "cleanup", "b", "-durable-hooks")
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `b\s+1\s+\S+\s+gap\s`, out)
+	require.Regexp(t, `b\s+1\s+\S+\s+gap\s+reason expired\n`, out)
 	require.Equal(t, store.Gap, ledger(t, s, "b")[0].State)
 	hs, err := s.HookStats(ctx)
 	require.NoError(t, err)
