@@ -38,32 +38,40 @@ const runMainEnv = "PROJECTION_RUN_MAIN"
 // workTable is where -procs workers record their work, in the demo schema.
 const workTable = "projection_demo_work"
 
-// pgLog is a workLog in workTable, one kind of record per log.
+// pgLog is a workLog in workTable, one kind of record per log, for one
+// stream. The table outlives a run (each run has a stream of its own in the
+// same schema) and every run's operation ids are the same ("ev-000042"), so
+// a record's key is the stream and the operation id: otherwise a later run
+// with another -seed or -events would recover an earlier run's work.
 type pgLog struct {
-	pool  *pgxpool.Pool
-	table string // quoted, schema-qualified
-	kind  string // "partial" or "result"
+	pool   *pgxpool.Pool
+	table  string // quoted, schema-qualified
+	kind   string // "partial" or "result"
+	stream string
 }
 
-func newPGLogs(ctx context.Context, pool *pgxpool.Pool, schema string) (partial, results *pgLog, err error) {
+func newPGLogs(ctx context.Context, pool *pgxpool.Pool, schema, stream string) (partial, results *pgLog, err error) {
 	table := pgx.Identifier{schema, workTable}.Sanitize()
 	_, err = pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table+` (
 		kind text NOT NULL, op_id text NOT NULL, payload bytea NOT NULL, PRIMARY KEY (kind, op_id))`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("work table: %w", err)
 	}
-	return &pgLog{pool, table, "partial"}, &pgLog{pool, table, "result"}, nil
+	return &pgLog{pool, table, "partial", stream}, &pgLog{pool, table, "result", stream}, nil
 }
+
+// key is the op_id column of the record of operation id.
+func (l *pgLog) key(id string) string { return l.stream + "/" + id }
 
 func (l *pgLog) record(ctx context.Context, id string, payload []byte) error {
 	_, err := l.pool.Exec(ctx, `INSERT INTO `+l.table+` (kind, op_id, payload) VALUES ($1, $2, $3)
-		ON CONFLICT (kind, op_id) DO UPDATE SET payload = excluded.payload`, l.kind, id, payload)
+		ON CONFLICT (kind, op_id) DO UPDATE SET payload = excluded.payload`, l.kind, l.key(id), payload)
 	return err
 }
 
 func (l *pgLog) lookup(ctx context.Context, e store.Entry) ([]byte, bool, error) {
 	var payload []byte
-	err := l.pool.QueryRow(ctx, `SELECT payload FROM `+l.table+` WHERE kind = $1 AND op_id = $2`, l.kind, e.OperationID).Scan(&payload)
+	err := l.pool.QueryRow(ctx, `SELECT payload FROM `+l.table+` WHERE kind = $1 AND op_id = $2`, l.kind, l.key(e.OperationID)).Scan(&payload)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil
 	}
@@ -86,10 +94,10 @@ func runParent(ctx context.Context, c config) (*report, error) {
 		return nil, err
 	}
 	defer closeStore()
-	if _, _, err := newPGLogs(ctx, pool, c.schema); err != nil {
+	p := &pipeline{c: c, st: st, stream: fmt.Sprintf("projection-%d", time.Now().UnixNano()), events: generate(c.seed, c.events, c.accounts)}
+	if _, _, err := newPGLogs(ctx, pool, c.schema, p.stream); err != nil { // the table, before the workers use it
 		return nil, err
 	}
-	p := &pipeline{c: c, st: st, stream: fmt.Sprintf("projection-%d", time.Now().UnixNano()), events: generate(c.seed, c.events, c.accounts)}
 	p.next, _ = successors(p.events)
 	if p.barrier, err = barrier.New(st, nil); err != nil {
 		return nil, err
@@ -181,7 +189,7 @@ func runChild(ctx context.Context, c config, stream string, index int) error {
 		return err
 	}
 	defer closeStore()
-	partial, results, err := newPGLogs(ctx, pool, c.schema)
+	partial, results, err := newPGLogs(ctx, pool, c.schema, stream)
 	if err != nil {
 		return err
 	}
