@@ -13,7 +13,13 @@
 // doing part of the work or all of it. The cleanup loop resolves their
 // numbers while the pipeline runs, recovering the work it can (partial work,
 // completed results) under new numbers and turning the rest into gaps, which
-// the projector answers by redelivering the event.
+// the projector answers by redelivering the event. These faults are
+// simulated inside the workers (a worker sleeps past its lease or drops it
+// on the floor). With -procs 3 -kill a fault is real: the supervisor
+// SIGKILLs a worker process a third of the way in and restarts it; the
+// leases the dead process held expire and the cleanup loop of the other
+// processes resolves them, and the restarted process picks its share up
+// from what the stream holds.
 //
 // The projector is the named reader "projection": it saves its checkpoint
 // every 100 entries and at its last, and the report checks that the
@@ -27,6 +33,7 @@
 //	make demo                                            # in memory
 //	make demo ARGS="-dsn postgres://..."                 # on PostgreSQL
 //	make demo ARGS="-dsn postgres://... -procs 3"        # three worker processes
+//	make demo ARGS="-dsn postgres://... -procs 3 -kill"  # and one of them SIGKILLed
 //	make demo ARGS="-metrics :9464 -linger 1m"           # and serve /metrics
 //
 // (or, in examples/, which is a module of its own: go run ./projection ...)
@@ -54,6 +61,7 @@ type config struct {
 	partial, retry            float64
 	dsn, schema               string
 	procs                     int
+	kill                      bool // with procs > 1: SIGKILL a worker process a third of the way in
 	progress, linger          time.Duration
 	metricsAddr               string
 	telemetry                 *telemetry // set when metricsAddr is; nil: no metrics
@@ -77,9 +85,11 @@ func main() {
 	flag.StringVar(&c.schema, "schema", "seqlease_demo", "PostgreSQL schema (migrated on start)")
 	flag.DurationVar(&c.progress, "progress", time.Second, "interval of the progress line (0: none)")
 	flag.IntVar(&c.procs, "procs", 1, "worker processes sharing the PostgreSQL of -dsn (1: workers run in this process)")
+	flag.BoolVar(&c.kill, "kill", false, "with -procs, SIGKILL worker process 0 a third of the way in (a real kill -9); the supervisor restarts it")
 	flag.StringVar(&c.metricsAddr, "metrics", "", "serve Prometheus metrics on this address while it runs, e.g. :9464 (empty: off)")
 	flag.DurationVar(&c.linger, "linger", 0, "with -metrics, keep serving this long after the run, for a scraper to catch the last values")
 	child := flag.String(childFlag, "", "internal: run as worker process STREAM:INDEX of a -procs run")
+	childRun := flag.Int(childRunFlag, 0, "internal: with -child, how many times this worker process was restarted")
 	flag.Parse()
 	if c.ttl == 0 {
 		// Shared machines stall for tens of milliseconds at times: on
@@ -99,7 +109,7 @@ func main() {
 	if *child != "" {
 		stream, index, err := parseChild(*child)
 		if err == nil {
-			err = runChild(ctx, c, stream, index)
+			err = runChild(ctx, c, stream, index, *childRun)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "projection: worker process:", err)
@@ -150,6 +160,8 @@ func (c *config) validate() error {
 		return errors.New("-procs must be at least 1")
 	case c.procs > 1 && c.dsn == "":
 		return errors.New("-procs needs -dsn: the worker processes share one PostgreSQL")
+	case c.kill && c.procs < 2:
+		return errors.New("-kill needs -procs 2 or more: the worker process it kills is restarted while the others go on")
 	case c.stall < 0 || c.crash < 0 || c.partial < 0 || c.retry < 0 || c.stall+c.crash+c.partial+c.retry > 0.5:
 		return errors.New("the fault shares must be non-negative and add up to at most 0.5")
 	}

@@ -47,6 +47,13 @@ const (
 	checkpointEvery = 100 // entries between saves; the last one is saved too
 )
 
+// cleanerTTL is the TTL of the named lease that elects the cleaner of the
+// stream (cleanup.Config.LeaseTTL; the library's default is 15 s). A worker
+// process killed in the middle of a cleanup walk holds the stream's cleaning
+// for that long: the demo keeps it short so that the survivors take over
+// soon.
+const cleanerTTL = 2 * time.Second
+
 // workLog is the demo's WorkTracker and OperationTracker: what workers
 // recorded before they crashed, by operation id. In one process it is a map;
 // with -procs it is a table, so that the cleaner, in whichever process it
@@ -103,6 +110,12 @@ type pipeline struct {
 	// lastApplied is the number of the last entry the projector applied,
 	// where its checkpoint must end.
 	lastApplied int64
+	// deaths are the worker processes of a -procs run that died, for the
+	// report.
+	deaths []death
+	// onApply, if set, is called by the projector with the count of events
+	// applied after each one (the -kill trigger of a -procs run).
+	onApply func(applied int64)
 }
 
 // run runs the pipeline in this process, or with -procs in worker
@@ -192,6 +205,7 @@ func (p *pipeline) startNode(ctx context.Context, owner string) (stop func(), er
 		Booster:          p.leaser,
 		Barrier:          p.barrier,
 		Owner:            owner + "/cleanup",
+		LeaseTTL:         cleanerTTL,
 		Observer:         cleanupObs,
 	})
 	if err != nil {
@@ -343,7 +357,7 @@ func (p *pipeline) handle(e store.Entry, model readModel, applied []bool) (done 
 	}
 	if e.State == store.Gap {
 		if e.RecoveredAs == 0 {
-			idx, err := eventIndex(e.OperationID)
+			idx, err := p.eventIndex(e.OperationID)
 			if err != nil {
 				return false, err
 			}
@@ -358,6 +372,9 @@ func (p *pipeline) handle(e store.Entry, model readModel, applied []bool) (done 
 	if err := json.Unmarshal(e.Payload, &o); err != nil {
 		return false, fmt.Errorf("entry %d: %w", e.Number, err)
 	}
+	if o.Event < 0 || o.Event >= len(p.events) {
+		return false, fmt.Errorf("entry %d: event %d out of range", e.Number, o.Event)
+	}
 	if e.RecoveredFrom != 0 {
 		p.n.recovered.Add(1)
 	}
@@ -370,7 +387,11 @@ func (p *pipeline) handle(e store.Entry, model readModel, applied []bool) (done 
 	if n := p.next[o.Event]; n >= 0 && p.jobs != nil {
 		p.jobs <- n
 	}
-	return p.n.applied.Add(1) == int64(len(p.events)), nil
+	count := p.n.applied.Add(1)
+	if p.onApply != nil {
+		p.onApply(count)
+	}
+	return count == int64(len(p.events)), nil
 }
 
 // saveCheckpoint saves the projector's position. A failed save is only
@@ -382,10 +403,14 @@ func (p *pipeline) saveCheckpoint(ctx context.Context, position int64) {
 	}
 }
 
-func eventIndex(opID string) (int, error) {
+// eventIndex returns the index of the event of an operation id.
+func (p *pipeline) eventIndex(opID string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimPrefix(opID, "ev-"))
 	if err != nil {
 		return 0, fmt.Errorf("operation id %q: %w", opID, err)
+	}
+	if n < 0 || n >= len(p.events) {
+		return 0, fmt.Errorf("operation id %q: no such event", opID)
 	}
 	return n, nil
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/memory"
 )
 
 // TestWorkLogIsPerStream records work of an operation in one run's log: a
@@ -34,4 +36,25 @@ func TestWorkLogIsPerStream(t *testing.T) {
 	_, ok, err = later.lookup(ctx, store.Entry{OperationID: "ev-000042"})
 	require.NoError(t, err)
 	require.False(t, ok, "another run's record of the same operation id")
+}
+
+// TestSupervisorGivesUp runs a worker process that always fails (the
+// command false): the supervisor restarts it maxRestarts times, records
+// every death, then ends the run with the reason.
+func TestSupervisorGivesUp(t *testing.T) {
+	exe, err := exec.LookPath("false")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sup := &supervisor{
+		c: config{procs: 1}, st: memory.New(nil), exe: exe, stream: "s",
+		cancel: cancel, applied: func() int64 { return 7 },
+	}
+	sup.start(ctx)
+	sup.wait()
+	require.ErrorContains(t, context.Cause(ctx), "worker process 0: exit status 1, after 3 restarts")
+	require.Len(t, sup.deaths, maxRestarts+1, "the first start and every restart died")
+	for i, d := range sup.deaths {
+		require.Equal(t, death{proc: 0, run: i, status: "exit status 1", applied: 7}, d)
+	}
 }

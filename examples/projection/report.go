@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/seqlease/seqlease/audit"
@@ -31,8 +32,12 @@ type report struct {
 	accounts        int // accounts in the read model
 	refused         int // transitions the read model refused as out of order
 	audit           *audit.Report
-	lastApplied     int64 // the number of the last entry the projector applied
-	checkpoint      int64 // the projector's saved checkpoint at the end
+	lastApplied     int64   // the number of the last entry the projector applied
+	checkpoint      int64   // the projector's saved checkpoint at the end
+	kill            bool    // -kill was given
+	killAt          int64   // the events applied when the supervisor sent SIGKILL; 0 if it did not
+	killChecked     bool    // a worker process died of that SIGKILL, and the run finished
+	deaths          []death // worker processes that died (by -kill or not) and were restarted
 }
 
 // check waits for every number to resolve, then audits the ledger against
@@ -101,6 +106,19 @@ func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Dura
 			rep.recoveryTimes = append(rep.recoveryTimes, md.RecoveredAt.Sub(byNumber[md.OriginalNumber].ExpiresAt))
 		}
 	}
+	for _, d := range p.deaths {
+		for _, n := range d.held {
+			switch e := byNumber[n]; {
+			case e.State == store.Gap && e.RecoveredAs != 0:
+				d.heldRecovered++
+			case e.State == store.Gap:
+				d.heldGaps++
+			case e.State == store.Committed:
+				d.heldCommitted++
+			}
+		}
+		rep.deaths = append(rep.deaths, d)
+	}
 	rep.numbers = len(ledger)
 	rep.matches = model.equal(replay(p.events))
 	rep.accounts, rep.refused = len(model), model.refused()
@@ -140,6 +158,23 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "committed                %d (by workers %d, recovered %d)\n", r.committed, r.n.committed.Load(), r.n.recovered.Load())
 	fmt.Fprintf(w, "faults injected          %d stalled, %d crashed, %d crashed with partial work, %d crashed with a result\n",
 		r.n.stalled.Load(), r.n.crashed.Load(), r.n.partial.Load(), r.n.retried.Load())
+	fmt.Fprintln(w, "                         (simulated inside the workers: a worker sleeps past its lease or drops it)")
+	if r.procs > 1 {
+		fmt.Fprintf(w, "worker processes killed  %s\n", r.killed())
+		for _, d := range r.deaths {
+			by := ""
+			if d.byKill {
+				by = ", sent by -kill"
+			}
+			fmt.Fprintf(w, "                         process %d (incarnation %d): %s%s at %d events applied, restarted\n", d.proc, d.run, d.status, by, d.applied)
+			landed := ""
+			if d.heldCommitted > 0 {
+				landed = fmt.Sprintf("; %d commits it had sent landed after its death", d.heldCommitted)
+			}
+			fmt.Fprintf(w, "                         it held %d unresolved leases: the cleanup recovered %d, made %d gaps (redelivered)%s\n",
+				len(d.held), d.heldRecovered, d.heldGaps, landed)
+		}
+	}
 	fmt.Fprintf(w, "late commits refused     %d\n", r.n.lateRefused.Load())
 	fmt.Fprintf(w, "recoveries by method     partial-work %d, retry %d, gap (nothing to recover) %d\n",
 		r.recoveredBy[recovery.MethodPartialWork], r.recoveredBy[recovery.MethodRetry], r.gapsBy[store.ReasonExpired])
@@ -175,9 +210,31 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "checked                  exactly once: every event applied once (%d duplicates)\n", r.n.duplicates.Load())
 	fmt.Fprintf(w, "checked                  order per account: %d transitions out of order in %d accounts\n", r.refused, r.accounts)
 	fmt.Fprintf(w, "checked                  checkpoint of reader %q at %d, the last applied entry %d\n", readerName, r.checkpoint, r.lastApplied)
+	if r.killChecked {
+		fmt.Fprintf(w, "checked                  a worker process died of the SIGKILL sent at %d events applied; its restart finished its share\n", r.killAt)
+	}
 	if r.matches {
 		fmt.Fprintln(w, "read model matches sequential replay")
 	} else {
 		fmt.Fprintln(w, "READ MODEL DIFFERS FROM SEQUENTIAL REPLAY")
 	}
+}
+
+// killed describes the worker processes that died: how many of a real
+// SIGKILL, and the restarts.
+func (r *report) killed() string {
+	sigkills := 0
+	for _, d := range r.deaths {
+		if d.signal == syscall.SIGKILL {
+			sigkills++
+		}
+	}
+	switch {
+	case len(r.deaths) == 0 && !r.kill:
+		return "none (-kill SIGKILLs one a third of the way in)"
+	case len(r.deaths) == 0:
+		return "none"
+	}
+	return fmt.Sprintf("%d by a real SIGKILL (kill -9); %d died in all, each restarted (a dead process's counts above die with it, its work is in the ledger)",
+		sigkills, len(r.deaths))
 }
