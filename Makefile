@@ -28,7 +28,7 @@ soak: ## Run the soak (SOAK=10m): multi-process load with faults on PostgreSQL, 
 	scripts/with-postgres env SEQLEASE_SOAK=$(or $(SOAK),10m) $(GO) test $(SOAKFLAGS) -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/chaos/
 	scripts/with-postgres env SEQLEASE_MODEL_DURATION=$(or $(MODEL_SOAK),5m) $(GO) test $(SOAKFLAGS) -count=1 -v -timeout 0 -run '^TestModel$$' ./internal/model/
 
-demo: ## Run the projection pipeline (faults on) on the in-memory backend; flags in ARGS="-dsn ... -procs 3".
+demo: ## Run the projection pipeline (faults on) on the in-memory backend; flags in ARGS="-dsn ... -procs 3 -kill".
 	cd examples && $(GO) run ./projection $(ARGS)
 
 outbox: ## Run the transactional outbox relaying to NATS JetStream (embedded), in memory; flags in ARGS="-dsn ... -procs 3 -kill".
