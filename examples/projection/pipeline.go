@@ -124,7 +124,7 @@ func run(ctx context.Context, c config) (*report, error) {
 	if c.procs > 1 {
 		return runParent(ctx, c)
 	}
-	st, _, closeStore, err := openStore(ctx, c)
+	st, _, closeStore, err := openStore(ctx, c, "")
 	if err != nil {
 		return nil, err
 	}
@@ -222,11 +222,22 @@ func (p *pipeline) startNode(ctx context.Context, owner string) (stop func(), er
 
 // openStore returns the memory backend, or PostgreSQL (migrated) with -dsn,
 // and then also its pool.
-func openStore(ctx context.Context, c config) (backend, *pgxpool.Pool, func(), error) {
+//
+// appName, if not empty, is the application_name of its connections (the
+// supervisor of a -procs run waits for a dead worker process's connections
+// to end, by that name, before it restarts it).
+func openStore(ctx context.Context, c config, appName string) (backend, *pgxpool.Pool, func(), error) {
 	if c.dsn == "" {
 		return memory.New(nil), nil, func() {}, nil
 	}
-	pool, err := pgxpool.New(ctx, c.dsn)
+	cfg, err := pgxpool.ParseConfig(c.dsn)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("-dsn: %w", err)
+	}
+	if appName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect: %w", err)
 	}

@@ -148,6 +148,7 @@ type death struct {
 type supervisor struct {
 	c       config
 	st      backend
+	pool    *pgxpool.Pool // nil: no connections to wait for (tests)
 	exe     string
 	stream  string
 	cancel  context.CancelCauseFunc // a process that cannot be kept running ends the run
@@ -197,6 +198,14 @@ func (s *supervisor) keep(ctx context.Context, i int) {
 		d := death{proc: i, run: run, status: exit.String(), applied: s.applied()}
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			d.signal = ws.Signal()
+		}
+		// What its connections had sent may still be running in the
+		// database: a lease or a commit landing after the restarted
+		// process read the stream would fool it. Its connections end soon
+		// after it (the database notices the closed sockets).
+		if err := s.awaitDisconnected(ctx, appName(s.stream, ownerName(i, run))); err != nil {
+			s.cancel(fmt.Errorf("worker process %d: %w", i, err))
+			return
 		}
 		if d.held, err = s.held(ctx, ownerName(i, run)); err != nil {
 			fmt.Fprintf(os.Stderr, "projection: the leases of dead worker process %d: %v\n", i, err)
@@ -248,6 +257,38 @@ func (s *supervisor) runOnce(ctx context.Context, i, run int) (childCounts, erro
 		return childCounts{}, fmt.Errorf("its counts: %w", err)
 	}
 	return k, nil
+}
+
+// disconnectTimeout bounds the wait for a dead worker process's
+// connections to end.
+const disconnectTimeout = 30 * time.Second
+
+// awaitDisconnected waits until no connection of application_name name is
+// left in the database, checking every few milliseconds: nothing signals
+// the end of another process's connection.
+func (s *supervisor) awaitDisconnected(ctx context.Context, name string) error {
+	if s.pool == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, disconnectTimeout)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, name).Scan(&n)
+		switch {
+		case err != nil:
+			return fmt.Errorf("wait for its connections to end: %w", err)
+		case n == 0:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of its connections still open after %v", n, disconnectTimeout)
+		case <-tick.C:
+		}
+	}
 }
 
 // held returns the numbers that owner leased and are not resolved yet.
@@ -319,7 +360,7 @@ func runParent(ctx context.Context, c config) (*report, error) {
 	if c.dsn == "" {
 		return nil, errors.New("-procs needs -dsn: worker processes share a PostgreSQL")
 	}
-	st, pool, closeStore, err := openStore(ctx, c)
+	st, pool, closeStore, err := openStore(ctx, c, "")
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +384,7 @@ func runParent(ctx context.Context, c config) (*report, error) {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sup := &supervisor{c: c, st: st, exe: exe, stream: p.stream, cancel: cancel, applied: p.n.applied.Load}
+	sup := &supervisor{c: c, st: st, pool: pool, exe: exe, stream: p.stream, cancel: cancel, applied: p.n.applied.Load}
 	var kill killRecord
 	if c.kill {
 		kill.at = max(1, int64(c.events)/3)
@@ -434,10 +475,13 @@ func childArgs(c config, stream string, i, run int) []string {
 // A restarted process finds its share half done by the incarnation that
 // died, and what that one left is in the stream: so every start begins by
 // reading the stream (lastAttempts), and an event already leased is left to
-// the outcome of its last attempt rather than queued again. The first start
-// finds none of its events there, and that reading changes nothing.
+// the outcome of its last attempt rather than queued again. The supervisor
+// restarts it only once every connection of the dead incarnation has ended,
+// so nothing that one sent can land in the stream after this reading. The
+// first start finds none of its events there, and the reading changes
+// nothing.
 func runChild(ctx context.Context, c config, stream string, index, run int) error {
-	st, pool, closeStore, err := openStore(ctx, c)
+	st, pool, closeStore, err := openStore(ctx, c, appName(stream, ownerName(index, run)))
 	if err != nil {
 		return err
 	}
@@ -498,6 +542,14 @@ func ownerName(index, run int) string {
 		return fmt.Sprintf("projection-proc-%d", index)
 	}
 	return fmt.Sprintf("projection-proc-%d-restart-%d", index, run)
+}
+
+// appName is the application_name of the connections of owner in the run
+// on stream, unique across runs; PostgreSQL keeps 63 bytes of it, so it is
+// cut to that length here too (names are ASCII).
+func appName(stream, owner string) string {
+	name := stream + "/" + owner
+	return name[:min(len(name), 63)]
 }
 
 // lastAttempts reads the whole stream, whatever the state of its entries,

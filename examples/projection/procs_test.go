@@ -58,3 +58,28 @@ func TestSupervisorGivesUp(t *testing.T) {
 		require.Equal(t, death{proc: 0, run: i, status: "exit status 1", applied: 7}, d)
 	}
 }
+
+// TestWorkerConnectionsAreNamed checks what the supervisor's wait for a
+// dead worker process's connections rests on: a worker's connections carry
+// the application_name of its run and incarnation, as pg_stat_activity
+// shows it (at most 63 bytes).
+func TestWorkerConnectionsAreNamed(t *testing.T) {
+	ctx := context.Background()
+	schema := pgtest.ReserveSchema(t, pgtest.Shared(t, false))
+	name := appName("projection-1795729378939146924", ownerName(2, 3))
+	require.Equal(t, "projection-1795729378939146924/projection-proc-2-restart-3", name)
+	long := appName("projection-1795729378939146924-and-then-some-more", ownerName(0, 1))
+	require.Len(t, long, 63)
+
+	_, pool, closeStore, err := openStore(ctx, config{dsn: pgtest.URL(), schema: schema}, long)
+	require.NoError(t, err)
+	defer closeStore()
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, long).Scan(&n))
+	require.Positive(t, n, "the pool's connections are found by the name")
+	sup := &supervisor{pool: pgtest.Shared(t, false)}
+	closeStore()
+	require.NoError(t, sup.awaitDisconnected(ctx, long), "they end once the pool is closed")
+	require.NoError(t, pgtest.Shared(t, false).QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, long).Scan(&n))
+	require.Zero(t, n)
+}
