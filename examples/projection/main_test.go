@@ -101,6 +101,7 @@ func TestDemoSurvivesKill9(t *testing.T) {
 	require.GreaterOrEqual(t, rep.killAt, int64(200), "killed a third of the way in")
 	require.Less(t, rep.killAt, int64(600), "killed before the end")
 	require.GreaterOrEqual(t, d.applied, rep.killAt, "it died after the signal")
+	require.Equal(t, len(d.held), d.heldRecovered+d.heldGaps, "every lease it held was resolved by the cleanup: %v", d.held)
 	require.Positive(t, rep.owners[ownerName(0, 1)], "the restarted process leased numbers")
 	require.Positive(t, rep.owners[ownerName(0, 0)], "the killed process had leased numbers")
 

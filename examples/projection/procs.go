@@ -130,15 +130,14 @@ type death struct {
 	signal    syscall.Signal // the signal that ended it; 0 if it exited
 	byKill    bool           // the supervisor sent the signal (-kill)
 	applied   int64          // events the projector had applied by then
-	// held are the numbers it had leased and not resolved, read just
-	// after its death (nil if that read failed): the cleanup loop of the
+	// held are the numbers it had leased and not resolved, read once its
+	// connections ended (nil if that read failed): the cleanup loop of the
 	// other processes resolves them when they expire.
 	held []int64
-	// heldRecovered, heldGaps and heldCommitted are how held were
-	// resolved in the end (filled by check): work moved to a new number by
-	// a recovery; a gap, whose event was redelivered; or committed, by a
-	// commit the process had sent just before it died.
-	heldRecovered, heldGaps, heldCommitted int
+	// heldRecovered and heldGaps are how held were resolved in the end
+	// (filled by check): work moved to a new number by a recovery, or a
+	// gap, whose event was redelivered.
+	heldRecovered, heldGaps int
 }
 
 // supervisor runs the worker processes of a -procs run: it starts them,

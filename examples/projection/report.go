@@ -113,8 +113,6 @@ func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Dura
 				d.heldRecovered++
 			case e.State == store.Gap:
 				d.heldGaps++
-			case e.State == store.Committed:
-				d.heldCommitted++
 			}
 		}
 		rep.deaths = append(rep.deaths, d)
@@ -167,12 +165,8 @@ func (r *report) print(w io.Writer) {
 				by = ", sent by -kill"
 			}
 			fmt.Fprintf(w, "                         process %d (incarnation %d): %s%s at %d events applied, restarted\n", d.proc, d.run, d.status, by, d.applied)
-			landed := ""
-			if d.heldCommitted > 0 {
-				landed = fmt.Sprintf("; %d commits it had sent landed after its death", d.heldCommitted)
-			}
-			fmt.Fprintf(w, "                         it held %d unresolved leases: the cleanup recovered %d, made %d gaps (redelivered)%s\n",
-				len(d.held), d.heldRecovered, d.heldGaps, landed)
+			fmt.Fprintf(w, "                         it held %d unresolved leases: the cleanup recovered %d, made %d gaps (redelivered)\n",
+				len(d.held), d.heldRecovered, d.heldGaps)
 		}
 	}
 	fmt.Fprintf(w, "late commits refused     %d\n", r.n.lateRefused.Load())
