@@ -119,6 +119,25 @@
 // of the pool's connections in use, the cleanup loop's default
 // pool-saturation signal for its load probe.
 //
+// # Waiting for a connection
+//
+// pgxpool waits for a free connection as long as the statement's context
+// allows, so with every connection held elsewhere a call without a
+// deadline would wait forever, saying nothing. A Store on a pool takes its
+// connections itself, in one place (acquire.go): each wait is bounded by
+// Config.AcquireTimeout (DefaultAcquireTimeout, 5 s), then the statement
+// runs on the connection with the caller's context alone. A wait that ends
+// unserved fails the call with a *PoolExhaustedError (ErrPoolExhausted)
+// carrying the pool's MaxConns and the connections in use, before the
+// statement was sent: the step changed nothing, and a commit may be
+// retried with its token as after any failure (I7 needs no help). The
+// caller's context ending first is the caller's error. New warns, without
+// refusing, when the pool is smaller than MinPoolConns: the Leaser's lease
+// statement and commit transaction, a Watch's notice sender, a cleanup
+// loop and one worker's own transaction. A Watch's LISTEN connection is
+// taken out of the pool (Hijack), which opens another in its place, so it
+// counts against PostgreSQL's max_connections, not MaxConns.
+//
 // # Named leases
 //
 // Two more tables hold named leases (package lease): leases, one row per

@@ -40,9 +40,17 @@ type Config struct {
 	// Schema holds the tables; it must have been migrated (package
 	// migrations). Default: migrations.DefaultSchema ("seqlease").
 	Schema string
-	// Logger receives diagnostics, such as a lost listener connection.
-	// Default: discard.
+	// Logger receives diagnostics, such as a lost listener connection or
+	// a pool smaller than MinPoolConns. Default: discard.
 	Logger *slog.Logger
+	// AcquireTimeout bounds each wait of a call for a connection from the
+	// pool (a DB that hands out connections: *pgxpool.Pool); a call that
+	// waited that long fails with a *PoolExhaustedError, having sent
+	// nothing. The caller's context still ends the wait earlier, with its
+	// own error. Statements on a caller's transaction wait for nothing.
+	// Default (0): DefaultAcquireTimeout, 5 s. Negative: no bound but the
+	// caller's context (pgxpool's own behaviour).
+	AcquireTimeout time.Duration
 }
 
 // Store is the PostgreSQL backend.
@@ -59,7 +67,11 @@ type Store struct {
 }
 
 // New returns a Store on db. It validates the schema name but does not touch
-// the database.
+// the database. On a pool (*pgxpool.Pool), each wait for a connection is
+// bounded by Config.AcquireTimeout, and a pool whose MaxConns is below
+// MinPoolConns is logged at warn with the numbers and the fix: it works,
+// but one worker holding a connection of its own, with the background
+// work, can exhaust it.
 //
 // To lease, commit or append inside a transaction the application owns,
 // make the Store on the pool and take s.InTx(tx) in each transaction:
@@ -86,9 +98,31 @@ func New(db DB, cfg *Config) (*Store, error) {
 	if cfg != nil && cfg.Logger != nil {
 		logger = cfg.Logger
 	}
+	if pool, ok := db.(connPool); ok {
+		db = boundPool(pool, cfg, logger)
+	}
 	s := &Store{db: db, q: buildQueries(schema), inq: buildInboxQueries(schema), ckq: buildCheckpointQueries(schema), channel: schema, logger: logger}
 	s.notes = newNotices(s)
 	return s, nil
+}
+
+// boundPool returns pool with its waits bounded as cfg says (itself, with
+// no bound), and warns if it is smaller than MinPoolConns.
+func boundPool(pool connPool, cfg *Config, logger *slog.Logger) DB {
+	if n := pool.Config().MaxConns; n < MinPoolConns {
+		logger.Warn("postgres: connection pool smaller than what seqlease needs at once; calls may fail with ErrPoolExhausted",
+			slog.Int("max_conns", int(n)), slog.Int("min_conns", MinPoolConns),
+			slog.String("needs", "lease statement, commit transaction, notice sender, cleanup loop, one worker's own transaction"),
+			slog.String("fix", fmt.Sprintf("set pool_max_conns=%d or more in the database URL (or pgxpool.Config.MaxConns), plus the connections your own code holds at once", MinPoolConns)))
+	}
+	wait := DefaultAcquireTimeout
+	if cfg != nil && cfg.AcquireTimeout != 0 {
+		wait = cfg.AcquireTimeout
+	}
+	if wait < 0 {
+		return pool
+	}
+	return &boundedPool{p: pool, wait: wait}
 }
 
 // maxAttempts bounds the retries of a conditional write whose refusal could
