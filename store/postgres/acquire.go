@@ -65,16 +65,16 @@ type PoolExhaustedError struct {
 // Error says what happened, that nothing was sent, and how to size the
 // pool.
 func (e *PoolExhaustedError) Error() string {
-	what := fmt.Sprintf("all %d connections in use", e.MaxConns)
+	const head = "postgres: connection pool exhausted: no connection within %s (%s); the statement was not sent, so it changed nothing. "
 	if e.Acquired < e.MaxConns {
-		what = fmt.Sprintf("%d of %d connections in use, and opening another took longer", e.Acquired, e.MaxConns)
+		return fmt.Sprintf(head+"The pool had room, but opening a new connection took longer: check that the "+
+			"database is reachable, or raise postgres.Config.AcquireTimeout",
+			e.Wait, fmt.Sprintf("%d of %d connections in use", e.Acquired, e.MaxConns))
 	}
-	return fmt.Sprintf("postgres: connection pool exhausted: no connection within %s (%s); "+
-		"the statement was not sent, so it changed nothing. The pool is too small for the "+
-		"connections held at once: set pool_max_conns in the database URL "+
-		"(or pgxpool.Config.MaxConns) to at least %d plus the connections your own code holds "+
-		"at the same time (each worker's open transaction); or raise postgres.Config.AcquireTimeout",
-		e.Wait, what, MinPoolConns-1)
+	return fmt.Sprintf(head+"The pool is too small for the connections held at once: set pool_max_conns in the "+
+		"database URL (or pgxpool.Config.MaxConns) to at least %d plus the connections your own code holds at "+
+		"the same time (each worker's open transaction); or raise postgres.Config.AcquireTimeout",
+		e.Wait, fmt.Sprintf("all %d connections in use", e.MaxConns), MinPoolConns-1)
 }
 
 // Is reports whether target is ErrPoolExhausted.

@@ -118,6 +118,7 @@ func TestPoolExhaustedFailsCalls(t *testing.T) {
 	requireExhausted(t, err, 2)
 	_, err = leaser.Lease(ctx, "pool", nil)
 	requireExhausted(t, err, 2)
+	t.Logf("what a worker sees: %v", err)
 	_, err = b.Watermark(ctx, "pool")
 	requireExhausted(t, err, 2)
 
@@ -255,3 +256,20 @@ func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestPoolExhaustedErrorText checks what the error tells its reader: the
+// numbers, that nothing was sent, and the fix that fits (a bigger pool,
+// or a database slow to connect).
+func TestPoolExhaustedErrorText(t *testing.T) {
+	t.Parallel()
+	full := (&postgres.PoolExhaustedError{Wait: 5 * time.Second, MaxConns: 4, Acquired: 4}).Error()
+	require.Contains(t, full, "no connection within 5s (all 4 connections in use)")
+	require.Contains(t, full, "the statement was not sent, so it changed nothing")
+	require.Contains(t, full, "set pool_max_conns in the database URL (or pgxpool.Config.MaxConns) to at least 4 plus")
+	slow := (&postgres.PoolExhaustedError{Wait: 5 * time.Second, MaxConns: 4, Acquired: 3}).Error()
+	require.Contains(t, slow, "(3 of 4 connections in use)")
+	require.Contains(t, slow, "the statement was not sent, so it changed nothing")
+	require.Contains(t, slow, "opening a new connection took longer")
+	require.NotContains(t, slow, "too small")
+	require.ErrorIs(t, &postgres.PoolExhaustedError{}, postgres.ErrPoolExhausted)
+}
