@@ -41,21 +41,22 @@ func newPoolSetup(t *testing.T, maxConns int32) *poolSetup {
 	return &poolSetup{pool: pool, schema: schema, s: s}
 }
 
-// holdAll takes every connection of the pool and returns the function that
-// gives them back.
+// holdAll takes every connection of the pool in a transaction left open,
+// as workers that each hold a transaction of their own would, and returns
+// the function that ends them.
 func (ps *poolSetup) holdAll(t *testing.T) (release func()) {
 	t.Helper()
-	var held []*pgxpool.Conn
+	var held []pgx.Tx
 	for range ps.pool.Config().MaxConns {
-		c, err := ps.pool.Acquire(t.Context())
+		tx, err := ps.pool.Begin(t.Context())
 		require.NoError(t, err)
-		held = append(held, c)
+		held = append(held, tx)
 	}
 	var once sync.Once
 	release = func() {
 		once.Do(func() {
-			for _, c := range held {
-				c.Release()
+			for _, tx := range held {
+				require.NoError(t, tx.Rollback(context.WithoutCancel(t.Context())))
 			}
 		})
 	}
@@ -272,4 +273,26 @@ func TestPoolExhaustedErrorText(t *testing.T) {
 	require.Contains(t, slow, "opening a new connection took longer")
 	require.NotContains(t, slow, "too small")
 	require.ErrorIs(t, &postgres.PoolExhaustedError{}, postgres.ErrPoolExhausted)
+}
+
+// BenchmarkAcquireBound measures what the bound on the wait for a
+// connection costs a one-statement call (Now), against pgxpool's
+// unbounded wait (AcquireTimeout negative).
+func BenchmarkAcquireBound(b *testing.B) {
+	pool := pgtest.Shared(b, false)
+	for _, bc := range []struct {
+		name string
+		wait time.Duration
+	}{{"bounded", 0}, {"unbounded", -1}} {
+		s, err := postgres.New(pool, &postgres.Config{AcquireTimeout: bc.wait})
+		require.NoError(b, err)
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Now(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
