@@ -82,9 +82,10 @@ func requireExhausted(t *testing.T, err error, maxConns int32) {
 // TestPoolExhaustedFailsCalls holds every connection of a pool of two and
 // checks that the Store's calls (a lease, a commit, a batch of commits, a
 // commit transaction, a snapshot, a named lease), the Leaser's Lease and
-// the barrier's Watermark fail after the configured wait with
+// Commit and the barrier's Watermark fail after the configured wait with
 // ErrPoolExhausted; that they wrote nothing; and that they work again once
-// the connections are given back, returning every connection they took.
+// the connections are given back (the failed Commit retried with its
+// lease), returning every connection they took.
 func TestPoolExhaustedFailsCalls(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -99,6 +100,9 @@ func TestPoolExhaustedFailsCalls(t *testing.T) {
 	require.NoError(t, b.Start(bctx))
 	defer b.Stop()
 	leaser, err := sequence.New(s, &sequence.Config{Barrier: b})
+	require.NoError(t, err)
+
+	held, err := leaser.Lease(ctx, "pool-commit", nil)
 	require.NoError(t, err)
 
 	release := ps.holdAll(t)
@@ -120,6 +124,8 @@ func TestPoolExhaustedFailsCalls(t *testing.T) {
 	_, err = leaser.Lease(ctx, "pool", nil)
 	requireExhausted(t, err, 2)
 	t.Logf("what a worker sees: %v", err)
+	err = held.Commit(ctx, []byte("x"))
+	requireExhausted(t, err, 2)
 	_, err = b.Watermark(ctx, "pool")
 	requireExhausted(t, err, 2)
 
@@ -149,6 +155,11 @@ func TestPoolExhaustedFailsCalls(t *testing.T) {
 	res, err := s.CommitMulti(ctx, []store.StreamCommit{{Stream: "pool", Number: before[1].Number, Token: before[1].Token}}, nil)
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
+	require.NoError(t, held.Commit(ctx, []byte("x")), "the retry of a commit that sent nothing")
+	got, err := s.Read(ctx, "pool-commit", 0, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, store.Committed, got[0].State)
 	x, err := leaser.Lease(ctx, "pool", nil)
 	require.NoError(t, err)
 	require.NoError(t, x.Commit(ctx, nil))
@@ -157,6 +168,7 @@ func TestPoolExhaustedFailsCalls(t *testing.T) {
 	require.GreaterOrEqual(t, w, int64(2))
 	_, err = s.AcquireLease(ctx, "pool-name", "alice", &store.AcquireLeaseParams{TTL: time.Hour})
 	require.NoError(t, err)
+	b.Stop() // its Watch and refresher take connections in the background
 	require.Zero(t, ps.pool.Stat().AcquiredConns(), "a call kept a connection")
 }
 
