@@ -113,7 +113,7 @@ func boundPool(pool connPool, cfg *Config, logger *slog.Logger) DB {
 		logger.Warn("postgres: connection pool smaller than what seqlease needs at once; calls may fail with ErrPoolExhausted",
 			slog.Int("max_conns", int(n)), slog.Int("min_conns", MinPoolConns),
 			slog.String("needs", "lease statement, commit transaction, notice sender, cleanup loop, one worker's own transaction"),
-			slog.String("fix", fmt.Sprintf("set pool_max_conns=%d or more in the database URL (or pgxpool.Config.MaxConns), plus the connections your own code holds at once", MinPoolConns)))
+			slog.String("fix", fmt.Sprintf("set pool_max_conns in the database URL (or pgxpool.Config.MaxConns) to %d plus the connections your own code holds at once, at least %d", MinPoolConns-1, MinPoolConns)))
 	}
 	wait := DefaultAcquireTimeout
 	if cfg != nil && cfg.AcquireTimeout != 0 {
