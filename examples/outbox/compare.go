@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The write path alone, three ways (-compare-writes): the same orders, the
+// The write path alone, four ways (-compare-writes): the same orders, the
 // same writers, the same transaction around the customer's row and the
 // order's row, and for the outbox message either
 //
@@ -21,8 +21,11 @@ import (
 //     order of logical decoding;
 //   - the same with pg_notify in the transaction, as a relay that is woken
 //     by LISTEN rather than by polling needs;
-//   - the seqlease entry, leased and completed in the transaction (what the
-//     example's writer does), which is dense and in commit order per stream.
+//   - the seqlease entry, appended in the transaction while the root
+//     Store's Watch runs (what the example's writer does): dense and in
+//     commit order per stream, and no NOTIFY in the transaction;
+//   - the same without a running Watch, so that the Store in the
+//     transaction sends its NOTIFY inside it: what that costs.
 //
 // No relay runs: this measures what the outbox costs the application's
 // transactions.
@@ -67,10 +70,10 @@ func (w *plainWriter) write(ctx context.Context, o order) (bool, error) {
 	return true, tx.Commit(ctx)
 }
 
-// compareWrites measures the three ways, twice each, alternating, and
+// compareWrites measures the four ways, twice each, alternating, and
 // prints orders per second.
 func compareWrites(ctx context.Context, c config, out io.Writer) error {
-	_, pool, closeStore, err := openStore(ctx, c)
+	_, pg, pool, closeStore, err := openStore(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -82,12 +85,14 @@ func compareWrites(ctx context.Context, c config, out io.Writer) error {
 		return err
 	}
 	ways := []struct {
-		name string
-		make func(*pgWriter) writer
+		name  string
+		watch bool // the writer runs the root Store's Watch
+		make  func(*pgWriter) writer
 	}{
-		{"plain outbox insert", func(w *pgWriter) writer { return &plainWriter{w, table, false} }},
-		{"plain insert + pg_notify", func(w *pgWriter) writer { return &plainWriter{w, table, true} }},
-		{"seqlease entry (lease+complete)", func(w *pgWriter) writer { return w }},
+		{"plain outbox insert", false, func(w *pgWriter) writer { return &plainWriter{w, table, false} }},
+		{"plain insert + pg_notify", false, func(w *pgWriter) writer { return &plainWriter{w, table, true} }},
+		{"seqlease Append, Watch running", true, func(w *pgWriter) writer { return w }},
+		{"seqlease Append, NOTIFY in tx", false, func(w *pgWriter) writer { return w }},
 	}
 	fmt.Fprintf(out, "\nthe write path alone: %d orders (every %dth declined and rolled back), %d writers, %d streams, PostgreSQL\n",
 		c.orders, c.decline, c.writers, c.streams)
@@ -95,16 +100,18 @@ func compareWrites(ctx context.Context, c config, out io.Writer) error {
 		for _, way := range ways {
 			n := newNames()
 			n.streams = c.streams
-			pw, err := newPGWriter(ctx, pool, c.schema, n.run)
+			pw, err := newPGWriter(ctx, pool, pg, c.schema, n.run, way.watch)
 			if err != nil {
 				return err
 			}
 			var wc writeCounts
 			start := time.Now()
-			if err := writeAll(ctx, c, way.make(pw), generate(c, n), &wc); err != nil {
+			err = writeAll(ctx, c, way.make(pw), generate(c, n), &wc)
+			elapsed := time.Since(start)
+			pw.close()
+			if err != nil {
 				return fmt.Errorf("%s: %w", way.name, err)
 			}
-			elapsed := time.Since(start)
 			fmt.Fprintf(out, "round %d  %-32s %6.0f orders/s  (%v)\n", round, way.name, float64(c.orders)/elapsed.Seconds(), elapsed.Round(time.Millisecond))
 		}
 	}

@@ -179,7 +179,7 @@ func (s *supervisor) killed() *killInfo {
 // input closes, then prints its counts.
 func runChild(ctx context.Context, c config, run string, index int) error {
 	n := names{run: run, streams: c.streams}
-	st, _, closeStore, err := openStore(ctx, c)
+	st, _, _, closeStore, err := openStore(ctx, c)
 	if err != nil {
 		return err
 	}

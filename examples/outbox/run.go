@@ -42,7 +42,7 @@ func run(ctx context.Context, c config) (_ *report, err error) {
 	n := newNames()
 	n.streams = c.streams
 	rep := newReport(c)
-	st, pool, closeStore, err := openStore(ctx, c)
+	st, pg, pool, closeStore, err := openStore(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -68,9 +68,12 @@ func run(ctx context.Context, c config) (_ *report, err error) {
 
 	var w writer
 	if pool != nil {
-		if w, err = newPGWriter(ctx, pool, c.schema, n.run); err != nil {
+		pw, err := newPGWriter(ctx, pool, pg, c.schema, n.run, true)
+		if err != nil {
 			return nil, err
 		}
+		defer pw.close()
+		w = pw
 	} else {
 		leaser, err := sequence.New(st, &sequence.Config{Owner: "outbox-writer"})
 		if err != nil {
@@ -261,14 +264,15 @@ func readLedger(ctx context.Context, st backend, routes []route) (map[route][]st
 }
 
 // openStore returns the memory backend, or PostgreSQL (migrated) with -dsn,
-// and then also its pool.
-func openStore(ctx context.Context, c config) (backend, *pgxpool.Pool, func(), error) {
+// and then also the same Store as a *postgres.Store (the writers' root
+// Store) and its pool.
+func openStore(ctx context.Context, c config) (backend, *postgres.Store, *pgxpool.Pool, func(), error) {
 	if c.dsn == "" {
-		return memory.New(nil), nil, func() {}, nil
+		return memory.New(nil), nil, nil, func() {}, nil
 	}
 	pool, err := pgxpool.New(ctx, c.dsn)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("connect: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("connect: %w", err)
 	}
 	m, err := migrations.New(&migrations.Config{Schema: c.schema})
 	if err == nil {
@@ -276,14 +280,14 @@ func openStore(ctx context.Context, c config) (backend, *pgxpool.Pool, func(), e
 	}
 	if err != nil {
 		pool.Close()
-		return nil, nil, nil, fmt.Errorf("migrate: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("migrate: %w", err)
 	}
 	st, err := postgres.New(pool, &postgres.Config{Schema: c.schema})
 	if err != nil {
 		pool.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return st, pool, pool.Close, nil
+	return st, st, pool, pool.Close, nil
 }
 
 // progress prints a progress line every c.progress until stopped.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store/postgres"
 )
@@ -77,16 +78,21 @@ const (
 // pgWriter places orders on PostgreSQL.
 type pgWriter struct {
 	pool      *pgxpool.Pool
-	schema    string
 	run       string
-	leaser    *sequence.Leaser // on the pool, for leaveGap only
+	st        *postgres.Store  // the root Store, on the pool
+	leaser    *sequence.Leaser // on st: InTx per transaction, and leaveGap
+	watch     *barrier.Barrier // runs st's Watch; nil: none (the notices go in the transactions)
 	customers string           // quoted, schema-qualified
 	orders    string
 }
 
-func newPGWriter(ctx context.Context, pool *pgxpool.Pool, schema, run string) (*pgWriter, error) {
+// newPGWriter makes the order tables if needed and a writer over st, the
+// Store on pool. With watch, it starts a barrier on st, whose Watch takes
+// over the notices of what the writers' transactions commit (see write);
+// close stops it.
+func newPGWriter(ctx context.Context, pool *pgxpool.Pool, st *postgres.Store, schema, run string, watch bool) (*pgWriter, error) {
 	w := &pgWriter{
-		pool: pool, schema: schema, run: run,
+		pool: pool, run: run, st: st,
 		customers: pgx.Identifier{schema, customersTable}.Sanitize(),
 		orders:    pgx.Identifier{schema, ordersTable}.Sanitize(),
 	}
@@ -101,14 +107,28 @@ func newPGWriter(ctx context.Context, pool *pgxpool.Pool, schema, run string) (*
 	if err != nil {
 		return nil, fmt.Errorf("order tables: %w", err)
 	}
-	st, err := postgres.New(pool, &postgres.Config{Schema: schema})
-	if err != nil {
-		return nil, err
+	cfg := &sequence.Config{Owner: "outbox-writer"}
+	if watch {
+		if w.watch, err = barrier.New(st, nil); err != nil {
+			return nil, err
+		}
+		if err := w.watch.Start(ctx); err != nil {
+			return nil, err
+		}
+		cfg.Barrier = w.watch
 	}
-	if w.leaser, err = sequence.New(st, &sequence.Config{Owner: "outbox-writer"}); err != nil {
+	if w.leaser, err = sequence.New(st, cfg); err != nil {
+		w.close()
 		return nil, err
 	}
 	return w, nil
+}
+
+// close stops the writer's barrier, if it runs one.
+func (w *pgWriter) close() {
+	if w.watch != nil {
+		w.watch.Stop()
+	}
 }
 
 // write is the transactional outbox write, whole: one transaction of the
@@ -117,19 +137,28 @@ func newPGWriter(ctx context.Context, pool *pgxpool.Pool, schema, run string) (*
 //  1. the customer's row is locked (and its order count bumped): a
 //     customer's orders are written one at a time, in order;
 //  2. the order's row is inserted;
-//  3. the order's outbox entry is leased and completed, through a seqlease
-//     Store over the same transaction. The lease takes the stream's counter
-//     row lock, which is held until the transaction ends, so the numbers of
-//     a stream are handed out in the order their transactions commit, and a
-//     later order of a customer gets a later number;
+//  3. the order's outbox entry is appended (Leaser.Append through the
+//     Store as seen from the transaction, postgres.Store.InTx): one
+//     statement takes the stream's next number and inserts the entry
+//     committed. It takes the stream's counter row lock, held until the
+//     transaction ends, so the numbers of a stream are handed out in the
+//     order their transactions commit, and a later order of a customer
+//     gets a later number;
 //  4. the transaction commits: the row and the message exist together, or
 //     (the order declined, an error, a crash) neither does. A rollback also
 //     undoes the counter's increment, so the stream has no hole.
 //
 // The locks are always taken in this order (customer, then stream), so two
-// writers never deadlock. Leasing last keeps the stream's counter locked
+// writers never deadlock. Appending last keeps the stream's counter locked
 // for the least time: writers of a stream wait for each other only from the
-// lease to the commit.
+// append to the commit.
+//
+// No NOTIFY is sent inside the transaction while the root Store's Watch
+// runs (w.watch): the Store in the transaction hands the new number to it
+// with the transaction's id, and the Watch notices it to the relays once
+// the transaction committed. A NOTIFY in the transaction would make
+// PostgreSQL commit every notifying transaction of the cluster one at a
+// time (docs/outbox.md has the figures).
 func (w *pgWriter) write(ctx context.Context, o order) (bool, error) {
 	tx, err := w.pool.Begin(ctx)
 	if err != nil {
@@ -146,20 +175,9 @@ func (w *pgWriter) write(ctx context.Context, o order) (bool, error) {
 		return false, fmt.Errorf("order %s: %w", o.ID, err)
 	}
 	payload, _ := json.Marshal(message{Order: o.ID, Customer: o.Customer, Seq: seq, Amount: o.Amount})
-	st, err := postgres.New(tx, &postgres.Config{Schema: w.schema}) // a Store over this transaction
-	if err != nil {
-		return false, err
-	}
-	leaser, err := sequence.New(st, &sequence.Config{Owner: "outbox-writer", MaxGroup: 1, MaxLeaseBatch: 1})
-	if err != nil {
-		return false, err
-	}
-	l, err := leaser.Lease(ctx, o.Route.stream, &sequence.LeaseOpts{OperationID: o.ID, Kind: "order-placed"})
-	if err != nil {
-		return false, fmt.Errorf("lease: %w", err)
-	}
-	if err := l.Complete(ctx, payload); err != nil {
-		return false, fmt.Errorf("complete: %w", err)
+	inTx := w.leaser.InTx(w.st.InTx(tx)) // the Leaser in this transaction: cheap, one per transaction
+	if _, err := inTx.Append(ctx, o.Route.stream, &sequence.AppendOpts{OperationID: o.ID, Kind: "order-placed"}, payload); err != nil {
+		return false, fmt.Errorf("append: %w", err)
 	}
 	if o.Declined {
 		return false, nil // the deferred rollback undoes the rows, the number and the entry
