@@ -23,7 +23,8 @@ func TestMain(m *testing.M) {
 // NATS server: orders declined after their entry was written, gaps left in
 // the streams, one relay per stream. JetStream must hold exactly the
 // committed entries, in order, with their payloads, and the order rows must
-// match (the report's checks), and the gaps must have been skipped.
+// match (the report's checks), the gaps must have been skipped, and the
+// relays' checkpoints must end at each stream's last number.
 func TestOutbox(t *testing.T) {
 	for name, dsn := range map[string]string{"memory": "", "postgres": pgtest.URL()} {
 		t.Run(name, func(t *testing.T) {
@@ -52,15 +53,17 @@ func TestOutbox(t *testing.T) {
 			require.EqualValues(t, gaps, rep.relays.Gaps, "every gap skipped")
 			require.EqualValues(t, 360, rep.relays.Published)
 			require.EqualValues(t, 3, rep.relays.Takeovers, "one relay per stream")
-			require.Len(t, rep.checks, 5)
+			requireCheckpoints(t, rep, 3)
+			require.Len(t, rep.checks, 6)
 		})
 	}
 }
 
 // TestOutboxKill runs three relay processes on PostgreSQL and kills the one
 // that holds the first stream's lease with SIGKILL a third of the way in:
-// another process must take the stream over, and JetStream must still hold
-// every committed entry once, in order, with nothing lost.
+// another process must take the stream over, JetStream must still hold
+// every committed entry once, in order, with nothing lost, and the relays'
+// checkpoints must end at each stream's last number.
 func TestOutboxKill(t *testing.T) {
 	schema := pgtest.ReserveSchema(t, pgtest.Shared(t, false))
 	c := config{
@@ -79,5 +82,18 @@ func TestOutboxKill(t *testing.T) {
 	require.Equal(t, 1080, rep.placed)
 	require.Equal(t, 1080, rep.committed)
 	require.Equal(t, 1080, rep.jsMessages)
-	require.Len(t, rep.checks, 6)
+	requireCheckpoints(t, rep, 3)
+	require.Len(t, rep.checks, 7)
+}
+
+// requireCheckpoints requires the relays' seqlease checkpoint of each of
+// the run's streams to be at the stream's last number.
+func requireCheckpoints(t *testing.T, rep *report, streams int) {
+	t.Helper()
+	require.Len(t, rep.lastNumbers, streams)
+	require.Len(t, rep.checkpoints, streams)
+	for rt, last := range rep.lastNumbers {
+		require.Positive(t, last)
+		require.Equal(t, last, rep.checkpoints[rt], "checkpoint of %s", rt.stream)
+	}
 }

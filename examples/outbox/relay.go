@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,11 @@ import (
 // dies stops renewing, its lease expires after the TTL, and a relay of
 // another process takes over, with a larger fencing token.
 //
-// Holding the lease, the relay learns its position (position.Load) and the
-// JetStream sequence of the subject's last message, then follows the stream
+// Holding the lease, the relay learns its position (position.Load: from
+// JetStream) and the JetStream sequence of the subject's last message, and
+// sets its seqlease checkpoint (reader outbox-relay) to that position,
+// saying so at error level if the checkpoint was ahead (the broker lost
+// messages, which the relay publishes again). Then it follows the stream
 // in order up to the watermark (barrier.Entries, Follow): each committed
 // entry is published and its ack awaited before the next is read; each gap
 // is skipped and counted. Every publish tells JetStream which message it
@@ -30,7 +34,10 @@ import (
 // noticing (paused past its TTL) finds its publish refused once the new
 // holder has published, and never reorders or repeats the subject. A
 // refused publish, or one whose outcome is unknown, sends the relay back to
-// ask JetStream where the subject stands.
+// ask JetStream where the subject stands. The checkpoint follows the acked
+// publishes and skipped gaps in the background (checkpointer), so that the
+// relay's lag shows in `seqlease readers` and the seqlease.reader.lag
+// metric; the relay never resumes from it.
 
 // relayCounts are what a process's relays did; a relay process prints them
 // when it ends.
@@ -53,10 +60,11 @@ func (c *relayCounts) add(o relayCounts) {
 }
 
 // relaySource is what the relays need of a backend: a barrier's source (to
-// read entries in order) and a named-lease store.
+// read entries in order), a named-lease store, and reader checkpoints.
 type relaySource interface {
 	barrier.Source
 	lease.Store
+	checkpoints
 }
 
 // relayConfig configures startRelays.
@@ -71,6 +79,9 @@ type relayConfig struct {
 	// errs, if set, is told of every failure the relays retry, without
 	// blocking (a full channel misses some): for tests.
 	errs chan<- error
+	// logger gets what the relays' checkpoints have to say (nil: text on
+	// standard error).
+	logger *slog.Logger
 }
 
 // relays are one process's relays, one campaign per stream.
@@ -78,6 +89,7 @@ type relays struct {
 	cfg     relayConfig
 	broker  *broker
 	pos     position
+	cp      checkpoints
 	barrier *barrier.Barrier
 	leases  *lease.Manager
 	seen    []atomic.Int64 // per route: the highest number handled here
@@ -88,7 +100,10 @@ type relays struct {
 
 // startRelays starts the campaigns for routes; stop ends them.
 func startRelays(ctx context.Context, src relaySource, b *broker, routes []route, cfg relayConfig) (*relays, error) {
-	r := &relays{cfg: cfg, broker: b, pos: brokerPosition{b}, seen: make([]atomic.Int64, len(routes))}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	r := &relays{cfg: cfg, broker: b, pos: brokerPosition{b}, cp: src, seen: make([]atomic.Int64, len(routes))}
 	var err error
 	if r.barrier, err = barrier.New(src, nil); err != nil {
 		return nil, err
@@ -172,12 +187,25 @@ func (r *relays) relay(ctx context.Context, l *lease.Lease, i int, rt route) {
 }
 
 // follow resumes rt where JetStream has it and publishes the stream's
-// entries in order until ctx ends or a publish fails.
+// entries in order until ctx ends or a publish fails; the seqlease
+// checkpoint follows.
 func (r *relays) follow(ctx context.Context, l *lease.Lease, i int, rt route) error {
+	// The checkpoint before JetStream's position: read after it, the
+	// checkpoint could be ahead merely because a deposed relay published
+	// and saved in between.
+	saved, err := r.cp.Checkpoint(ctx, relayReader, rt.stream)
+	if err != nil {
+		return fmt.Errorf("load checkpoint: %w", err)
+	}
 	after, err := r.pos.Load(ctx, rt)
 	if err != nil {
 		return fmt.Errorf("load position: %w", err)
 	}
+	cp, err := startCheckpointer(ctx, r.cp, rt, saved, after, r.cfg.logger)
+	if err != nil {
+		return fmt.Errorf("align checkpoint: %w", err)
+	}
+	defer cp.stop(ctx)
 	expect, _, err := r.broker.last(ctx, rt.subject)
 	if err != nil {
 		return fmt.Errorf("last message of %s: %w", rt.subject, err)
@@ -194,6 +222,7 @@ func (r *relays) follow(ctx context.Context, l *lease.Lease, i int, rt route) er
 			if first {
 				r.n.gaps.Add(1) // never published
 			}
+			cp.advance(e.Number)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -215,6 +244,7 @@ func (r *relays) follow(ctx context.Context, l *lease.Lease, i int, rt route) er
 		if err := r.pos.Save(ctx, rt, e.Number); err != nil {
 			return fmt.Errorf("save position: %w", err)
 		}
+		cp.advance(e.Number)
 	}
 	return ctx.Err()
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +32,25 @@ func setupBroker(t *testing.T) (*broker, names) {
 	require.NoError(t, err)
 	t.Cleanup(b.close)
 	return b, n
+}
+
+// entryWriter returns a function that writes the entries from..to of
+// stream on st: each committed with its number as payload, but the numbers
+// in gaps, which are released (gaps).
+func entryWriter(t *testing.T, st *memory.Store, stream string) func(from, to int, gaps ...int) {
+	leaser, err := sequence.New(st, nil)
+	require.NoError(t, err)
+	return func(from, to int, gaps ...int) {
+		for i := from; i <= to; i++ {
+			l, err := leaser.Lease(t.Context(), stream, nil)
+			require.NoError(t, err)
+			if slices.Contains(gaps, i) {
+				require.NoError(t, l.Release(t.Context()))
+				continue
+			}
+			require.NoError(t, l.Complete(t.Context(), []byte(strconv.Itoa(i))))
+		}
+	}
 }
 
 // TestBrokerFence checks what the relay counts on from JetStream: a
@@ -89,19 +112,7 @@ func TestRelayResumes(t *testing.T) {
 	b, n := setupBroker(t)
 	rt := n.route(0)
 	st := memory.New(nil)
-	leaser, err := sequence.New(st, nil)
-	require.NoError(t, err)
-	write := func(from, to int) {
-		for i := from; i <= to; i++ {
-			l, err := leaser.Lease(ctx, rt.stream, nil)
-			require.NoError(t, err)
-			if i == 3 {
-				require.NoError(t, l.Release(ctx)) // a gap
-				continue
-			}
-			require.NoError(t, l.Complete(ctx, []byte(strconv.Itoa(i))))
-		}
-	}
+	write := entryWriter(t, st, rt.stream)
 	col, err := collect(ctx, b)
 	require.NoError(t, err)
 	defer col.stop()
@@ -109,12 +120,15 @@ func TestRelayResumes(t *testing.T) {
 		require.NoError(t, col.wait(ctx, func(c *collector) bool { return c.last[rt.subject] >= number }))
 	}
 
-	write(1, 5)
+	write(1, 5, 3) // 3 a gap
 	r1, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "first", ttl: 30 * time.Second})
 	require.NoError(t, err)
 	upTo(5)
 	c1 := r1.stop()
 	require.Equal(t, relayCounts{Published: 4, Gaps: 1, Takeovers: 1}, c1)
+	at, err := st.Checkpoint(ctx, relayReader, rt.stream)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, at, "the checkpoint follows the acked publishes")
 
 	write(6, 8)
 	r2, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "second", ttl: 30 * time.Second})
@@ -122,6 +136,9 @@ func TestRelayResumes(t *testing.T) {
 	upTo(8)
 	c2 := r2.stop()
 	require.Equal(t, relayCounts{Published: 3, Takeovers: 1}, c2, "only the new entries")
+	at, err = st.Checkpoint(ctx, relayReader, rt.stream)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, at)
 
 	msgs, err := col.result()
 	require.NoError(t, err)
@@ -162,8 +179,14 @@ func TestVerifyCatches(t *testing.T) {
 		return r
 	}
 	require.NoError(t, check(good, rows).err())
+	rep := &report{placed: 3, jsMessages: 3, checkpoints: map[route]int64{rt: 4}}
+	rep.verify(ledger, good, rows)
+	require.NoError(t, rep.err(), "the checkpoint at the last number")
+	rep = &report{placed: 3, jsMessages: 3, checkpoints: map[route]int64{rt: 3}}
+	rep.verify(ledger, good, rows)
+	require.Contains(t, strings.Join(rep.problems, "\n"), "checkpoint of reader outbox-relay at 3, want the stream's last number 4")
 	holed := map[route][]store.Entry{rt: {ledger[rt][0], ledger[rt][2], ledger[rt][3]}}
-	rep := &report{placed: 3, jsMessages: 3}
+	rep = &report{placed: 3, jsMessages: 3}
 	rep.verify(holed, good, rows)
 	require.Contains(t, strings.Join(rep.problems, "\n"), "a hole")
 
@@ -241,15 +264,7 @@ func TestRelayBrokerOutage(t *testing.T) {
 	defer b.close()
 
 	st := memory.New(nil)
-	leaser, err := sequence.New(st, nil)
-	require.NoError(t, err)
-	write := func(from, to int) {
-		for i := from; i <= to; i++ {
-			l, err := leaser.Lease(ctx, rt.stream, nil)
-			require.NoError(t, err)
-			require.NoError(t, l.Complete(ctx, []byte(strconv.Itoa(i))))
-		}
-	}
+	write := entryWriter(t, st, rt.stream)
 	errs := make(chan error, 1)
 	write(1, 5)
 	r, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "relay", ttl: 30 * time.Second, errs: errs})
@@ -290,4 +305,99 @@ func TestRelayBrokerOutage(t *testing.T) {
 	require.EqualValues(t, 10, counts.Published)
 	require.NotZero(t, counts.Errors, "the outage was felt")
 	require.EqualValues(t, 1, counts.Takeovers, "the relay kept its lease through the outage")
+}
+
+// errorLog records the messages of the error records logged to it.
+type errorLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *errorLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelError }
+func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		msg += " " + a.String()
+		return true
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, msg)
+	return nil
+}
+func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *errorLog) WithGroup(string) slog.Handler      { return l }
+
+func (l *errorLog) logged() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.msgs)
+}
+
+// TestRelayCheckpointAhead checks the relays' seqlease checkpoint against
+// JetStream's position: a checkpoint ahead of it by skipped gaps only (a
+// gap at the end of the stream, which JetStream never sees) is no alarm;
+// ahead by committed entries, it means the broker lost acked messages, and
+// the relay says so at error level, resumes from JetStream, publishes the
+// lost messages again in order, and the checkpoint ends at the stream's
+// last number.
+func TestRelayCheckpointAhead(t *testing.T) {
+	ctx := t.Context()
+	b, n := setupBroker(t)
+	rt := n.route(0)
+	st := memory.New(nil)
+	write := entryWriter(t, st, rt.stream)
+	relayTo := func(b *broker, last, checkpoint int64, log *errorLog) relayCounts {
+		col, err := collect(ctx, b)
+		require.NoError(t, err)
+		defer col.stop()
+		r, err := startRelays(ctx, st, b, []route{rt}, relayConfig{owner: "relay", ttl: 30 * time.Second, logger: slog.New(log)})
+		require.NoError(t, err)
+		require.NoError(t, col.wait(ctx, func(c *collector) bool { return c.last[rt.subject] >= last }))
+		require.NoError(t, waitCheckpoints(ctx, st, map[route]int64{rt: checkpoint}))
+		return r.stop()
+	}
+
+	// 1 2 (3) 4 5 (6): the checkpoint ends at the trailing gap, 6,
+	// JetStream's position at 5.
+	write(1, 6, 3, 6)
+	var quiet errorLog
+	require.Equal(t, relayCounts{Published: 4, Gaps: 2, Takeovers: 1}, relayTo(b, 5, 6, &quiet))
+	// Resumed from 5 (skipping 6 again) with the checkpoint at 6: no alarm.
+	write(7, 7)
+	require.Equal(t, relayCounts{Published: 1, Gaps: 1, Takeovers: 1}, relayTo(b, 7, 7, &quiet))
+	require.Empty(t, quiet.logged())
+
+	// A broker that lost everything after 2 (a new one, holding 1 and 2).
+	s, err := natsrun.Start(nil)
+	require.NoError(t, err)
+	defer s.Stop()
+	lossy, err := dialBroker(ctx, s.URL(), n, true, time.Minute)
+	require.NoError(t, err)
+	defer lossy.close()
+	one, err := lossy.publish(ctx, rt, 1, []byte("1"), 0, 1, "relay")
+	require.NoError(t, err)
+	_, err = lossy.publish(ctx, rt, 2, []byte("2"), one.Sequence, 1, "relay")
+	require.NoError(t, err)
+	var loud errorLog
+	require.Equal(t, relayCounts{Published: 3, Gaps: 2, Takeovers: 1}, relayTo(lossy, 7, 7, &loud), "4, 5 and 7 again")
+	logged := loud.logged()
+	require.Len(t, logged, 1)
+	require.Contains(t, logged[0], "ahead of JetStream")
+	require.Contains(t, logged[0], "checkpoint=7 jetstream=2 lost=3")
+
+	col, err := collect(ctx, lossy)
+	require.NoError(t, err)
+	defer col.stop()
+	require.NoError(t, col.wait(ctx, func(c *collector) bool { return c.last[rt.subject] >= 7 }))
+	msgs, err := col.result()
+	require.NoError(t, err)
+	var got []int64
+	for _, m := range msgs {
+		got = append(got, m.number)
+	}
+	require.Equal(t, []int64{1, 2, 4, 5, 7}, got)
+	at, err := st.Checkpoint(ctx, relayReader, rt.stream)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, at)
 }

@@ -25,8 +25,10 @@ type report struct {
 	jsMessages                   int // messages JetStream holds
 	relays                       relayCounts
 	writeElapsed, publishElapsed time.Duration
-	drain                        time.Duration // last write to last message
-	lagAtEnd                     int           // placed but not yet in JetStream when the writers ended
+	drain                        time.Duration   // last write to last message
+	lagAtEnd                     int             // placed but not yet in JetStream when the writers ended
+	checkpoints                  map[route]int64 // the relays' seqlease checkpoints at the end (nil: not checked)
+	lastNumbers                  map[route]int64 // every stream's last number, from the ledger
 	kill                         *killInfo
 	takeover                     *received // the first message of the killed stream under a later fence
 	checks                       []string
@@ -111,6 +113,10 @@ func (r *report) verify(ledger map[route][]store.Entry, msgs []received, rows ma
 			r.problem("%d messages on %s, which is no stream's subject", len(ms), subject)
 		}
 	}
+	r.lastNumbers = map[route]int64{}
+	for _, rt := range routes {
+		r.lastNumbers[rt] = int64(len(ledger[rt]))
+	}
 	if len(r.problems) == before {
 		r.checks = append(r.checks, fmt.Sprintf("every committed entry of every stream in JetStream once, in number order, with its payload (%d)", r.committed))
 		r.checks = append(r.checks, fmt.Sprintf("every stream dense, 1..n, declined orders included; no gap published (%d gaps in the ledger)", r.gaps))
@@ -155,6 +161,18 @@ func (r *report) verify(ledger map[route][]store.Entry, msgs []received, rows ma
 	if len(r.problems) == before {
 		r.checks = append(r.checks, fmt.Sprintf("order rows == orders placed (%d), each published once; nothing lost", r.rows))
 		r.checks = append(r.checks, fmt.Sprintf("every customer's orders in its order: 1, 2, 3, ... (%d customers)", len(next)))
+	}
+
+	if r.checkpoints != nil {
+		before = len(r.problems)
+		for _, rt := range routes {
+			if got, want := r.checkpoints[rt], r.lastNumbers[rt]; got != want {
+				r.problem("%s: checkpoint of reader %s at %d, want the stream's last number %d", rt.stream, relayReader, got, want)
+			}
+		}
+		if len(r.problems) == before {
+			r.checks = append(r.checks, fmt.Sprintf("the relays' checkpoints (reader %s) at every stream's last number", relayReader))
+		}
 	}
 
 	if k := r.kill; k != nil {

@@ -151,6 +151,13 @@ func run(ctx context.Context, c config) (_ *report, err error) {
 		}
 		return true
 	})
+	if err == nil {
+		last := map[route]int64{}
+		for rt, es := range ledger {
+			last[rt] = int64(len(es))
+		}
+		err = waitCheckpoints(dctx, st, last)
+	}
 	cancel()
 	stopProgress()
 	if err != nil {
@@ -164,6 +171,9 @@ func run(ctx context.Context, c config) (_ *report, err error) {
 	stopped = true
 	counts, err := stopRelays()
 	if err != nil {
+		return nil, err
+	}
+	if rep.checkpoints, err = readCheckpoints(ctx, st, n.routes()); err != nil {
 		return nil, err
 	}
 	total, err := b.messages(ctx)
@@ -241,6 +251,50 @@ func writeAll(ctx context.Context, c config, w writer, orders []order, wc *write
 	close(jobs)
 	wg.Wait()
 	return context.Cause(ctx)
+}
+
+// waitCheckpoints waits until the relays' checkpoint of every stream of
+// want is at least at the number want gives (the stream's last number, a
+// trailing gap included, which no message waits for). The checkpoints are
+// saved by the relays' processes in the background, with nothing to wait
+// on: it reads them again every checkpointPoll.
+func waitCheckpoints(ctx context.Context, st checkpoints, want map[route]int64) error {
+	t := time.NewTicker(checkpointPoll)
+	defer t.Stop()
+	for {
+		behind := false
+		for rt, n := range want {
+			at, err := st.Checkpoint(ctx, relayReader, rt.stream)
+			if err != nil {
+				return fmt.Errorf("checkpoint of %s: %w", rt.stream, err)
+			}
+			behind = behind || at < n
+		}
+		if !behind {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the relays' checkpoints: %w", context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+}
+
+// checkpointPoll is the pause between two reads of waitCheckpoints.
+const checkpointPoll = 20 * time.Millisecond
+
+// readCheckpoints reads the relays' checkpoint of every stream.
+func readCheckpoints(ctx context.Context, st backend, routes []route) (map[route]int64, error) {
+	out := map[route]int64{}
+	for _, rt := range routes {
+		at, err := st.Checkpoint(ctx, relayReader, rt.stream)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint of %s: %w", rt.stream, err)
+		}
+		out[rt] = at
+	}
+	return out, nil
 }
 
 // readLedger reads every entry of every stream.
