@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -52,35 +49,6 @@ func paymentID(run string, i int) string { return fmt.Sprintf("pay-%s-%06d", run
 // names are the JetStream names of a run: each run has a stream of its own.
 func streamName(run string) string { return "INBOX_DEMO_" + run }
 func subject(run string) string    { return "inbox-demo." + run + ".payments" }
-
-// startNATS starts a NATS server with JetStream in this process, listening
-// on a free port of 127.0.0.1 (so consumer processes can connect), its
-// files in a temporary directory. stop shuts it down and removes them.
-func startNATS() (url string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "inbox-nats-")
-	if err != nil {
-		return "", nil, err
-	}
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir,
-		NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("embedded NATS: %w", err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		_ = os.RemoveAll(dir)
-		return "", nil, errors.New("embedded NATS: not ready after 10s")
-	}
-	return ns.ClientURL(), func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}, nil
-}
 
 // connect connects to the NATS server at url and returns its JetStream.
 func connect(url string) (*nats.Conn, jetstream.JetStream, error) {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seqlease/seqlease/examples/internal/natsrun"
 )
 
 // runDemo runs the whole demo: NATS (embedded unless -nats), the stream,
@@ -19,14 +21,12 @@ import (
 func runDemo(ctx context.Context, c config) (*report, error) {
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	rep := &report{c: c, run: run, nats: c.natsURL, killed: -1}
-	if c.natsURL == "" {
-		url, stop, err := startNATS()
-		if err != nil {
-			return nil, err
-		}
-		defer stop()
-		c.natsURL = url // for the consumer processes
+	url, stopNATS, err := natsrun.Use(c.natsURL, nil)
+	if err != nil {
+		return nil, err
 	}
+	defer stopNATS()
+	c.natsURL = url // for the consumer processes
 	nc, js, err := connect(c.natsURL)
 	if err != nil {
 		return nil, err

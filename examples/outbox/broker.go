@@ -10,8 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/seqlease/seqlease/examples/internal/natsrun"
 )
 
 // Headers of a relayed message. Nats-Msg-Id (jetstream.MsgIDHeader) is
@@ -89,19 +87,6 @@ func parseMsgID(stream, id string) (int64, error) {
 		return 0, fmt.Errorf("outbox: message id %q is not one of stream %s", id, stream)
 	}
 	return n, nil
-}
-
-// startBroker returns the URL of the NATS server to use: url if given,
-// else that of a server started in this process, which stop stops.
-func startBroker(url string) (_ string, stop func(), err error) {
-	if url != "" {
-		return url, func() {}, nil
-	}
-	s, err := natsrun.Start(nil)
-	if err != nil {
-		return "", nil, err
-	}
-	return s.URL(), s.Stop, nil
 }
 
 // broker is a connection to JetStream and the run's stream on it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/seqlease/seqlease/examples/internal/natsrun"
 	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
@@ -47,7 +48,7 @@ func run(ctx context.Context, c config) (_ *report, err error) {
 		return nil, err
 	}
 	defer closeStore()
-	url, stopNATS, err := startBroker(c.natsURL)
+	url, stopNATS, err := natsrun.Use(c.natsURL, nil)
 	if err != nil {
 		return nil, err
 	}

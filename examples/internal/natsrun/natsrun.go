@@ -1,6 +1,7 @@
 // Package natsrun runs a NATS server with JetStream inside the calling
 // process, so that an example or a test needs no broker installed or
-// running: Start it, connect to URL with any NATS client, Stop it.
+// running: Start it, connect to URL with any NATS client, Stop it. Use does
+// the same unless the caller names a server of its own.
 //
 // The server listens on 127.0.0.1 at a port the kernel picks (other
 // processes of the same machine can connect to URL too: the worker processes
@@ -87,6 +88,21 @@ func Start(opts *Options) (*Server, error) {
 		return nil, errors.New("natsrun: the server did not accept connections in time")
 	}
 	return s, nil
+}
+
+// Use returns the URL of the server to use: url itself if it is not empty
+// (a server the caller runs, as an example's -nats flag names it), else
+// that of a server Start(opts) runs in this process. stop stops what Use
+// started (nothing for url); call it when done.
+func Use(url string, opts *Options) (_ string, stop func(), err error) {
+	if url != "" {
+		return url, func() {}, nil
+	}
+	s, err := Start(opts)
+	if err != nil {
+		return "", nil, err
+	}
+	return s.URL(), s.Stop, nil
 }
 
 // URL returns the address clients connect to, nats://127.0.0.1:PORT.

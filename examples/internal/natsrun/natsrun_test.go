@@ -50,3 +50,24 @@ func TestStartBadPort(t *testing.T) {
 	_, err := Start(&Options{Port: 70000})
 	require.ErrorContains(t, err, "Options.Port")
 }
+
+// TestUse returns a URL it is given as it is, starting nothing, and starts
+// a server when given none: clients can connect to the URL it returns
+// until stop.
+func TestUse(t *testing.T) {
+	url, stop, err := Use("nats://127.0.0.1:1", nil)
+	require.NoError(t, err)
+	require.Equal(t, "nats://127.0.0.1:1", url)
+	stop()
+
+	url, stop, err = Use("", nil)
+	require.NoError(t, err)
+	defer stop()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	nc.Close()
+	stop()
+	_, err = nats.Connect(url, nats.NoReconnect())
+	require.Error(t, err, "stop stopped the server")
+}
