@@ -87,7 +87,7 @@ func (l *memLedger) inbox() inboxStore { return l.st }
 type pgLedger struct {
 	pool    *pgxpool.Pool
 	schema  string
-	st      *postgres.Store // on the pool: purge and counts
+	st      *postgres.Store // on the pool: purge and counts, and InTx in each transaction
 	credit  string          // the statement of a credit
 	credits string          // quoted table names
 	balance string
@@ -140,16 +140,12 @@ ON CONFLICT (run, account) DO UPDATE SET balance = b.balance + EXCLUDED.balance`
 	return nil
 }
 
-// apply is the inbox consumer's transaction: a Store over the transaction
-// records the message, and only a first receipt credits the account. Both
-// commit together or not at all.
+// apply is the inbox consumer's transaction: the Store as seen from the
+// transaction (InTx) records the message, and only a first receipt credits
+// the account. Both commit together or not at all.
 func (l *pgLedger) apply(ctx context.Context, run, id string, p payment) (first bool, err error) {
 	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
-		in, err := postgres.New(tx, &postgres.Config{Schema: l.schema})
-		if err != nil {
-			return err
-		}
-		if first, err = in.MarkReceived(ctx, inboxConsumer, id, nil); err != nil || !first {
+		if first, err = l.st.InTx(tx).MarkReceived(ctx, inboxConsumer, id, nil); err != nil || !first {
 			return err
 		}
 		_, err = tx.Exec(ctx, l.credit, run, id, p.Account, p.Amount)
