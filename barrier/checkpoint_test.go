@@ -320,7 +320,7 @@ func assertNoError(t *testing.T, err error) bool {
 // checkpoint, in one transaction. It returns how many entries it passed
 // (0: caught up) and the checkpoint it committed. fail, if set, is called
 // before the commit and aborts the batch when it returns an error.
-func projectBatch(ctx context.Context, b *barrier.Barrier, pool *pgxpool.Pool, cfg *postgres.Config, fail func() error) (int, int64, error) {
+func projectBatch(ctx context.Context, b *barrier.Barrier, st *postgres.Store, pool *pgxpool.Pool, fail func() error) (int, int64, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return 0, 0, err
@@ -346,11 +346,7 @@ func projectBatch(ctx context.Context, b *barrier.Barrier, pool *pgxpool.Pool, c
 	if n == 0 {
 		return 0, 0, nil
 	}
-	txStore, err := postgres.New(tx, cfg)
-	if err != nil {
-		return 0, 0, err
-	}
-	if err := txStore.SaveCheckpoint(ctx, "balances", "orders", last, nil); err != nil {
+	if err := st.InTx(tx).SaveCheckpoint(ctx, "balances", "orders", last, nil); err != nil {
 		return 0, 0, err
 	}
 	if fail != nil {
@@ -401,7 +397,7 @@ func TestExactlyOnceProjection(t *testing.T) {
 			fail = func() error { aborted++; return errors.New("crash before commit") }
 		}
 		batches++
-		passed, last, err := projectBatch(ctx, b, readPool, cfg, fail)
+		passed, last, err := projectBatch(ctx, b, st, readPool, fail)
 		if fail != nil && err != nil {
 			continue // the batch rolled back: its writes and its save with it
 		}
