@@ -95,14 +95,14 @@ func (s *Store) ReadResolved(ctx context.Context, name string, after int64, limi
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if after+1 < st.low {
+	if after < st.low-1 { // not after+1 < st.low: after may be math.MaxInt64
 		return nil, fmt.Errorf("read resolved: %w", &store.TrimmedError{Stream: name, LowPoint: st.low})
+	}
+	if after >= st.firstUnresolved-1 { // at or past the watermark
+		return nil, nil
 	}
 	from := after + 1
 	to := min(from+int64(limit), st.firstUnresolved) // exclusive
-	if to <= from {
-		return nil, nil
-	}
 	return st.clone(name, from, to), nil
 }
 

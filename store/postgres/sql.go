@@ -327,15 +327,16 @@ SELECT s.last_number, ARRAY(
 	WHERE e.stream = s.name AND e.state = 'leased' ORDER BY e.number LIMIT $2)
 FROM {s}.streams s WHERE s.name = $1`,
 
-		// Entries after $2 up to the first unresolved one, in one snapshot;
-		// nothing when $2 reaches below the low point (lowPoint then says
-		// why).
+		// Entries after $2 up to the watermark, in one snapshot: below the
+		// stream's first unresolved number, wherever $2 is (a $2 above it
+		// reads nothing), from the partial index; nothing when $2 reaches
+		// below the low point (lowPoint then says why).
 		readResolved: `
 SELECT ` + entryColumns + ` FROM {s}.entries
 WHERE stream = $1 AND number > $2
 	AND number < COALESCE((SELECT min(number) FROM {s}.entries
-		WHERE stream = $1 AND state = 'leased' AND number > $2), 9223372036854775807)
-	AND $2 + 1 >= (SELECT low_point FROM {s}.streams WHERE name = $1)
+		WHERE stream = $1 AND state = 'leased'), 9223372036854775807)
+	AND $2::bigint >= (SELECT low_point - 1 FROM {s}.streams WHERE name = $1)
 ORDER BY number LIMIT $3`,
 
 		lowPoint: `SELECT low_point FROM {s}.streams WHERE name = $1`,

@@ -72,7 +72,7 @@ func (s *Store) ReadResolved(ctx context.Context, stream string, after int64, li
 		return nil, fmt.Errorf("read resolved: %w: %q", store.ErrStreamNotFound, stream)
 	case err != nil:
 		return nil, interpretError("read resolved", err)
-	case after+1 < low:
+	case after < low-1: // not after+1 < low: after may be math.MaxInt64
 		return nil, fmt.Errorf("read resolved: %w", &store.TrimmedError{Stream: stream, LowPoint: low})
 	}
 	return nil, nil

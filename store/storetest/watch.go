@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -92,6 +93,38 @@ func testReadResolved(t *testing.T, newStore func(t *testing.T) Store) {
 		require.ErrorIs(t, err, store.ErrInvalidNumber)
 		_, err = b.s.ReadResolved(b.ctx, "x", 0, store.MaxListLimit+1)
 		require.ErrorIs(t, err, store.ErrInvalidCount)
+	})
+
+	t.Run("never past the watermark whatever after is", func(t *testing.T) {
+		// 1 and 2 committed, 3 leased, 4 and 5 committed: the watermark is
+		// 2, and a read from any position yields nothing past it, also one
+		// that starts above the unresolved 3 (I5).
+		b := setup(t, newStore)
+		s := b.stream("")
+		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"),
+			req(time.Minute, "4"), req(time.Minute, "5"))
+		for _, i := range []int{0, 1, 3, 4} {
+			b.commit(es[i], time.Second, []byte{byte('1' + i)})
+		}
+		for _, c := range []struct {
+			after, limit int64
+			want         []int64
+		}{
+			{0, 0, []int64{1, 2}}, {1, 0, []int64{2}}, {0, 1, []int64{1}}, {2, 0, []int64{}},
+			{3, 0, []int64{}}, {4, 0, []int64{}}, {5, 0, []int64{}}, {3, 1, []int64{}}, {1 << 40, 0, []int64{}},
+			{math.MaxInt64, 0, []int64{}},
+		} {
+			got, err := b.s.ReadResolved(b.ctx, s, c.after, int(c.limit))
+			require.NoError(t, err, "after %d", c.after)
+			require.Equal(t, c.want, numbers(got), "after %d limit %d: the watermark is 2", c.after, c.limit)
+		}
+
+		b.commit(es[2], time.Second, []byte("3"))
+		for after, want := range map[int64][]int64{2: {3, 4, 5}, 3: {4, 5}, 4: {5}, 5: {}} {
+			got, err := b.s.ReadResolved(b.ctx, s, after, 0)
+			require.NoError(t, err)
+			require.Equal(t, want, numbers(got), "after %d, everything resolved", after)
+		}
 	})
 }
 
