@@ -3,6 +3,7 @@ package barrier_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -153,4 +154,60 @@ func TestReaderRefusesBadOptions(t *testing.T) {
 		got = append(got, e.Number)
 	}
 	require.Equal(t, []int64{1, 2}, got)
+}
+
+// TestReaderAfterAboveTheWatermark reads a stream whose 3 is still leased
+// (the watermark is 2) from positions above the watermark: nothing is
+// yielded past it, although 4 and 5 are committed (I5); a follower from 3
+// yields 4 and 5 only once 3 resolved.
+func TestReaderAfterAboveTheWatermark(t *testing.T) {
+	t.Parallel()
+	for name, src := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			b := start(t, src, nil)
+			ctx := context.Background()
+			es := lease(t, src, "above", 5)
+			for _, i := range []int{0, 1, 3, 4} {
+				commit(t, src, es[i])
+			}
+			for _, after := range []int64{2, 3, 4, 5, 1 << 40} {
+				for e, err := range b.Entries(ctx, "above", &barrier.ReadOpts{After: after, IncludeGaps: true}) {
+					require.NoError(t, err)
+					t.Fatalf("after %d: yielded %d past the watermark 2", after, e.Number)
+				}
+			}
+
+			var resolved atomic.Bool // set before 3 commits
+			fctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			seen := make(chan int64)
+			ended := make(chan error, 1)
+			go func() {
+				for e, err := range b.Entries(fctx, "above", &barrier.ReadOpts{After: 3, Follow: true}) {
+					if err != nil {
+						ended <- err
+						return
+					}
+					if !resolved.Load() {
+						ended <- fmt.Errorf("the follower yielded %d while 3 was leased", e.Number)
+						return
+					}
+					seen <- e.Number
+				}
+				ended <- errors.New("the follower stopped without an error")
+			}()
+			resolved.Store(true)
+			commit(t, src, es[2])
+			for _, want := range []int64{4, 5} {
+				select {
+				case n := <-seen:
+					require.Equal(t, want, n)
+				case err := <-ended:
+					t.Fatal(err)
+				}
+			}
+			cancel()
+			require.ErrorIs(t, <-ended, context.Canceled)
+		})
+	}
 }
