@@ -192,7 +192,10 @@ type Config struct {
 	// applies). New refuses it on a store that cannot run it
 	// (store.TxRecoverer[T]; the memory backend cannot). Optional.
 	MoveTx TxMover
-	// HookTimeout bounds each hook. Default: DefaultHookTimeout (10 s).
+	// HookTimeout bounds each hook. With DurableHook, a delivery claims
+	// its record for HookTimeout plus QueryTimeout, which New requires to
+	// be at most store.MaxHookClaim (24 h). Default: DefaultHookTimeout
+	// (10 s).
 	HookTimeout time.Duration
 	// HookConcurrency is how many hooks run at once. Default:
 	// DefaultHookConcurrency (16).
@@ -212,10 +215,13 @@ type Config struct {
 	// (Interval if shorter), grow by half each time, randomized, and never
 	// pass MaxBackoff. Failures of single streams (a tracker, a write, a
 	// stream lease) do not back off: those streams are retried at the next
-	// regular cycle and the others keep their pace. Default:
-	// DefaultMaxBackoff (1 min).
+	// regular cycle and the others keep their pace. It also caps the pause
+	// before a failed DurableHook runs again. At most MaxInterval.
+	// Default: DefaultMaxBackoff (1 min).
 	MaxBackoff time.Duration
-	// QueryTimeout bounds each statement. Default: DefaultQueryTimeout.
+	// QueryTimeout bounds each statement. With DurableHook,
+	// HookTimeout plus QueryTimeout must be at most store.MaxHookClaim.
+	// Default: DefaultQueryTimeout (30 s).
 	QueryTimeout time.Duration
 	// Owner is recorded on entries that carry recovered work. Default:
 	// "seqlease-cleanup".
@@ -357,8 +363,8 @@ func New(s Store, cfg *Config) (*Service, error) {
 		return nil, fmt.Errorf("cleanup: Config.HookQueue %d is negative: %w", cfg.HookQueue, store.ErrInvalidArgument)
 	case cfg.HookGrace < 0:
 		return nil, fmt.Errorf("cleanup: Config.HookGrace %v is negative: %w", cfg.HookGrace, store.ErrInvalidArgument)
-	case cfg.MaxBackoff < 0:
-		return nil, fmt.Errorf("cleanup: Config.MaxBackoff %v is negative: %w", cfg.MaxBackoff, store.ErrInvalidArgument)
+	case cfg.MaxBackoff < 0 || cfg.MaxBackoff > MaxInterval:
+		return nil, fmt.Errorf("cleanup: Config.MaxBackoff %v must be in 0..%v: %w", cfg.MaxBackoff, MaxInterval, store.ErrInvalidArgument)
 	case cfg.QueryTimeout < 0:
 		return nil, fmt.Errorf("cleanup: Config.QueryTimeout %v is negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
 	case cfg.HookPoll < 0 || cfg.HookPoll > MaxInterval:
@@ -371,6 +377,11 @@ func New(s Store, cfg *Config) (*Service, error) {
 	if cfg.DurableHook != nil && !isHookQueue {
 		return nil, fmt.Errorf("cleanup: Config.DurableHook: %w: the store keeps no hook records (store.HookQueue): %w",
 			store.ErrUnsupported, store.ErrInvalidArgument)
+	}
+	if cfg.DurableHook != nil {
+		if err := checkClaim(cfg); err != nil {
+			return nil, err
+		}
 	}
 	owner := cmp.Or(cfg.Owner, "seqlease-cleanup")
 	if err := store.ValidateText("owner", owner); err != nil {
@@ -455,6 +466,29 @@ func New(s Store, cfg *Config) (*Service, error) {
 	return sv, nil
 }
 
+// A failed durable hook waits at most MaxBackoff, which is at most
+// MaxInterval, before it is due again: store.HookQueue.RetryHook takes
+// pauses up to store.MaxHookClaim. (This constant fails to compile if
+// MaxInterval grows past it.)
+const _ = uint64(store.MaxHookClaim - MaxInterval)
+
+// checkClaim checks that a durable hook's claim, HookTimeout plus
+// QueryTimeout, fits in store.MaxHookClaim: else every claim would be
+// refused and no durable hook delivered. It blames QueryTimeout when even
+// the default HookTimeout would not fit beside it, else HookTimeout.
+func checkClaim(cfg *Config) error {
+	hook, query := cmp.Or(cfg.HookTimeout, DefaultHookTimeout), cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout)
+	switch {
+	case query > store.MaxHookClaim-DefaultHookTimeout:
+		return fmt.Errorf("cleanup: Config.QueryTimeout %v is too long for a DurableHook: a delivery claims its record for HookTimeout plus QueryTimeout, at most %v (store.MaxHookClaim): %w",
+			cfg.QueryTimeout, store.MaxHookClaim, store.ErrInvalidArgument)
+	case hook > store.MaxHookClaim-query:
+		return fmt.Errorf("cleanup: Config.HookTimeout %v is too long for a DurableHook: a delivery claims its record for HookTimeout plus QueryTimeout (%v), at most %v (store.MaxHookClaim): %w",
+			cfg.HookTimeout, query, store.MaxHookClaim, store.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Start runs the loop in the background until Stop or until ctx ends. The
 // first cycle runs at once.
 func (sv *Service) Start(ctx context.Context) error {
@@ -486,6 +520,11 @@ func (sv *Service) Start(ctx context.Context) error {
 // holds (a cycle holds one at a time), within one QueryTimeout when the
 // store does not answer; the default elector's Manager then gives up the
 // rest within its release timeout. It is safe before Start and twice.
+//
+// A hook that ignores its context keeps Stop waiting until it returns:
+// Stop cancels it after HookGrace and then waits, as it waits for every
+// goroutine it started. Stop does not wait for DeliverHooks calls, which
+// belong to their callers.
 func (sv *Service) Stop() {
 	sv.lifeMu.Lock()
 	sv.stopped = true

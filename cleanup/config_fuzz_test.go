@@ -1,6 +1,7 @@
 package cleanup_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ func FuzzNewConfig(f *testing.F) {
 		hookConcurrency, hookQueue           int
 		hookGrace, maxBackoff, queryTimeout  int64
 		owner                                string
+		durable                              bool
 	}
 	const maxInt64 = 1<<63 - 1
 	for _, s := range []seed{
@@ -61,19 +63,29 @@ func FuzzNewConfig(f *testing.F) {
 		{queryTimeout: -1}, {owner: "nul\x00"}, {owner: string(make([]byte, store.MaxTextLen+1))},
 		{threshold: 1, cascadeBatch: 1, cascadeDelay: int64(time.Microsecond)}, {scan: 1, batch: 1},
 		{hookTimeout: maxInt64, hookConcurrency: math.MaxInt, hookQueue: math.MaxInt, hookGrace: maxInt64,
-			maxBackoff: maxInt64, queryTimeout: maxInt64, scan: math.MaxInt, attempts: math.MaxInt, threshold: math.MaxInt},
+			maxBackoff: int64(cleanup.MaxInterval), queryTimeout: maxInt64, scan: math.MaxInt, attempts: math.MaxInt, threshold: math.MaxInt},
+		{maxBackoff: int64(cleanup.MaxInterval) + 1}, {maxBackoff: maxInt64},
+		// A durable hook's claim, HookTimeout plus QueryTimeout, must fit
+		// in store.MaxHookClaim.
+		{durable: true}, {durable: true, hookTimeout: int64(store.MaxHookClaim - cleanup.DefaultQueryTimeout)},
+		{durable: true, hookTimeout: int64(store.MaxHookClaim-cleanup.DefaultQueryTimeout) + 1},
+		{durable: true, queryTimeout: int64(store.MaxHookClaim - cleanup.DefaultHookTimeout)},
+		{durable: true, queryTimeout: int64(store.MaxHookClaim-cleanup.DefaultHookTimeout) + 1},
+		{durable: true, hookTimeout: maxInt64, queryTimeout: maxInt64},
+		{durable: true, hookTimeout: int64(time.Hour), queryTimeout: int64(store.MaxHookClaim)},
+		{durable: true, maxBackoff: int64(cleanup.MaxInterval), hookTimeout: int64(time.Millisecond)},
 	} {
 		f.Add(s.interval, s.minRate, s.window, s.attempts, s.leaseTTL, s.batch, s.scan, s.threshold, s.cascadeBatch,
 			s.cascadeDelay, s.factor, s.hookTimeout, s.hookConcurrency, s.hookQueue, s.hookGrace, s.maxBackoff,
-			s.queryTimeout, s.owner)
+			s.queryTimeout, s.owner, s.durable)
 	}
 	f.Fuzz(func(t *testing.T, interval int64, minRate float64, window, attempts int, leaseTTL int64,
 		batch, scan, threshold, cascadeBatch int, cascadeDelay int64, factor float64, hookTimeout int64,
-		hookConcurrency, hookQueue int, hookGrace, maxBackoff, queryTimeout int64, owner string) {
+		hookConcurrency, hookQueue int, hookGrace, maxBackoff, queryTimeout int64, owner string, durable bool) {
 		t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		var clock atomic.Int64 // the store's clock, as an offset from t0
 		s := memory.New(&memory.Config{Now: func() time.Time { return t0.Add(time.Duration(clock.Load())) }})
-		var hooks atomic.Int32
+		var hooks, durableRuns atomic.Int32
 		cfg := cleanup.Config{
 			Interval: time.Duration(interval), MinStepSuccessRate: minRate, StepRateWindow: window,
 			MaxRecoveryAttempts: attempts, LeaseTTL: time.Duration(leaseTTL), BatchSize: batch, ScanLimit: scan,
@@ -87,6 +99,9 @@ func FuzzNewConfig(f *testing.F) {
 				return []byte("result"), e.OperationID == "op-2", nil
 			}),
 			Hooks: []cleanup.HookFunc{func(context.Context, store.Entry) error { hooks.Add(1); return nil }},
+		}
+		if durable {
+			cfg.DurableHook = func(context.Context, store.Entry) error { durableRuns.Add(1); return nil }
 		}
 		sv, err := cleanup.New(s, &cfg)
 		if err != nil {
@@ -107,7 +122,10 @@ func FuzzNewConfig(f *testing.F) {
 			cfg.CascadeDelay > cleanup.MaxInterval,
 			cfg.CascadeTTLFactor != 0 && !(cfg.CascadeTTLFactor >= 1 && cfg.CascadeTTLFactor <= cleanup.MaxCascadeTTLFactor),
 			cfg.HookTimeout < 0, cfg.HookConcurrency < 0, cfg.HookQueue < 0, cfg.HookGrace < 0, cfg.MaxBackoff < 0,
-			cfg.QueryTimeout < 0:
+			cfg.MaxBackoff > cleanup.MaxInterval, cfg.QueryTimeout < 0,
+			// A claim longer than store.MaxHookClaim is refused: no durable
+			// hook would ever run.
+			durable && cmp.Or(cfg.HookTimeout, cleanup.DefaultHookTimeout) > store.MaxHookClaim-cmp.Or(cfg.QueryTimeout, cleanup.DefaultQueryTimeout):
 			t.Fatalf("New accepted %+v", cfg)
 		}
 
@@ -147,6 +165,19 @@ func FuzzNewConfig(f *testing.F) {
 		}
 		if res.Expired != 3 || st.Unresolved != 0 || res.Resolved["retry"] != 1 || st.NextNumber != 5 {
 			t.Fatalf("New accepted %+v, but the cycle did %+v, leaving %+v", cfg, res, st)
+		}
+		if durable {
+			// Every resolution recorded a durable hook, which can be
+			// claimed and runs.
+			n, err := sv.DeliverHooks(cctx)
+			switch {
+			case err != nil && errors.Is(err, context.DeadlineExceeded) && cfg.QueryTimeout > 0 && cfg.QueryTimeout < time.Second:
+				return // timing, as above
+			case err != nil:
+				t.Fatalf("New accepted %+v, but the durable hooks cannot be delivered: %v", cfg, err)
+			case n != 3 || durableRuns.Load() != 3:
+				t.Fatalf("New accepted %+v: %d durable hooks delivered (%d runs) for 3 expired leases", cfg, n, durableRuns.Load())
+			}
 		}
 		if err := sv.Start(ctx); err != nil {
 			t.Fatalf("New accepted %+v, but Start fails: %v", cfg, err)

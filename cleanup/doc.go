@@ -133,7 +133,8 @@
 // keyed by stream and number. Entries a custom step resolved with its own
 // write get their record right after the step, in a write of its own
 // (store.HookQueue.AddHooks). PendingHooks counts the records (a
-// HookStatsObserver is told after each round), DeliverHooks delivers the
+// HookStatsObserver is told at most once per HookPoll by the loop, and
+// after each DeliverHooks), DeliverHooks delivers the
 // due ones in the caller's goroutine. In memory the records live as long
 // as the store.
 //

@@ -20,8 +20,10 @@ const DefaultHookPoll = 5 * time.Second
 const minHookRetry = time.Second
 
 // HookStatsObserver is an Observer that is also told how many durable
-// hooks are pending, after every delivery round (the metrics package's
-// CleanupObserver exports it as a gauge). Its method must not block.
+// hooks are pending (the metrics package's CleanupObserver exports it as a
+// gauge): after the delivery loop's rounds, at most once per HookPoll (the
+// count reads every record of every process), and after every
+// DeliverHooks. Its method must not block.
 type HookStatsObserver interface {
 	PendingHooks(st store.HookStats)
 }
@@ -51,7 +53,12 @@ type deliverer struct {
 	graceCtx    context.Context
 	graceCancel context.CancelFunc
 	wg          sync.WaitGroup
-	mu          sync.Mutex // serialises rounds (the loop and DeliverHooks)
+
+	// turn serialises rounds (the loop and DeliverHooks): a one-slot
+	// semaphore, so that the loop, stopping, need not wait for a
+	// DeliverHooks to finish.
+	turn     chan struct{}
+	reported time.Time // when the loop last reported; while holding turn
 }
 
 func newDeliverer(q store.HookQueue, sv *Service, cfg *Config) *deliverer {
@@ -66,6 +73,7 @@ func newDeliverer(q store.HookQueue, sv *Service, cfg *Config) *deliverer {
 		logger:   sv.logger,
 		observer: sv.observer,
 		kick:     make(chan struct{}, 1),
+		turn:     make(chan struct{}, 1),
 	}
 	if d.poll == 0 {
 		d.poll = DefaultHookPoll
@@ -129,10 +137,14 @@ func (d *deliverer) loop(ctx context.Context) {
 // true) outlive ctx until Stop's grace period ends; the others end with
 // ctx.
 func (d *deliverer) deliver(ctx context.Context, loop bool) (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	select {
+	case d.turn <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-d.turn }()
 	delivered := 0
-	defer d.report()
+	defer d.report(loop)
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, d.qTimeout)
 		hs, err := d.q.ClaimHooks(qctx, &store.ClaimHooksParams{Limit: d.limit, For: d.timeout + d.qTimeout})
@@ -208,11 +220,20 @@ func (d *deliverer) retryPause(attempts int) time.Duration {
 	return min(p/4*3+rand.N(p/2+1), d.maxPause)
 }
 
-// report tells a HookStatsObserver how many hooks are pending.
-func (d *deliverer) report() {
+// report tells a HookStatsObserver how many hooks are pending: after a
+// DeliverHooks, and after a round of the loop if the loop did not report
+// in the last poll period (a resolution kicks a round at once, so rounds
+// may come much faster than that). The caller holds turn.
+func (d *deliverer) report(loop bool) {
 	o, ok := d.observer.(HookStatsObserver)
 	if !ok {
 		return
+	}
+	if loop {
+		if !d.reported.IsZero() && time.Since(d.reported) < d.poll {
+			return
+		}
+		d.reported = time.Now()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.qTimeout)
 	defer cancel()
@@ -230,6 +251,13 @@ var ErrNoDurableHook = errors.New("cleanup: no durable hook configured")
 // does the same in the background). The hooks run under ctx (and
 // HookTimeout), also on a stopped Service. It returns how many hooks ran
 // without error.
+//
+// One round runs at a time: DeliverHooks waits (until ctx ends) for a
+// round of the loop, and the loop for a DeliverHooks, whose hooks are
+// cancelled only by ctx and HookTimeout, not by Stop. A round waits for
+// each of its hooks to return, so a hook that ignores its context blocks
+// DeliverHooks until it returns (and holds the loop's deliveries back
+// meanwhile); Stop does not wait for it.
 func (sv *Service) DeliverHooks(ctx context.Context) (int, error) {
 	if sv.durable == nil {
 		return 0, ErrNoDurableHook

@@ -223,3 +223,104 @@ func TestDurableHookStartStopStress(t *testing.T) {
 		require.ErrorIs(t, sv.Start(ctx), cleanup.ErrStopped)
 	}
 }
+
+// TestDurableHookClaimBounds: New refuses, naming the field, a DurableHook
+// whose claim (HookTimeout plus QueryTimeout) would pass
+// store.MaxHookClaim, which would make every claim fail and no hook run,
+// and a MaxBackoff above MaxInterval; the longest claim it accepts
+// delivers.
+func TestDurableHookClaimBounds(t *testing.T) {
+	t.Parallel()
+	hook := func(context.Context, store.Entry) error { return nil }
+	for _, c := range []struct {
+		cfg   cleanup.Config
+		blame string
+	}{
+		{cleanup.Config{HookTimeout: store.MaxHookClaim}, "Config.HookTimeout"},
+		{cleanup.Config{HookTimeout: store.MaxHookClaim - cleanup.DefaultQueryTimeout + 1}, "Config.HookTimeout"},
+		{cleanup.Config{HookTimeout: time.Hour, QueryTimeout: store.MaxHookClaim - time.Hour + 1}, "Config.HookTimeout"},
+		{cleanup.Config{QueryTimeout: store.MaxHookClaim}, "Config.QueryTimeout"},
+		{cleanup.Config{MaxBackoff: cleanup.MaxInterval + 1}, "Config.MaxBackoff"},
+	} {
+		c.cfg.DurableHook = hook
+		_, err := cleanup.New(memory.New(nil), &c.cfg)
+		require.ErrorIs(t, err, store.ErrInvalidArgument, "%+v", c.cfg)
+		require.ErrorContains(t, err, c.blame)
+	}
+	// Without a DurableHook there is no claim: only MaxBackoff is bounded.
+	sv, err := cleanup.New(memory.New(nil), &cleanup.Config{HookTimeout: 48 * time.Hour, QueryTimeout: 48 * time.Hour})
+	require.NoError(t, err)
+	sv.Stop()
+	_, err = cleanup.New(memory.New(nil), &cleanup.Config{MaxBackoff: cleanup.MaxInterval + 1})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+
+	for name, s := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			leaseExpired(t, s, "longclaim", 2)
+			d := newDeliveries(nil)
+			sv, err := cleanup.New(s, &cleanup.Config{DurableHook: d.hook, MaxBackoff: cleanup.MaxInterval,
+				HookTimeout: store.MaxHookClaim - cleanup.DefaultQueryTimeout})
+			require.NoError(t, err)
+			defer sv.Stop()
+			_, err = sv.RunOnce(ctx)
+			require.NoError(t, err)
+			n, err := sv.DeliverHooks(ctx)
+			require.NoError(t, err, "a claim of exactly store.MaxHookClaim")
+			require.Equal(t, 2, n)
+			d.await(t, 1, 2)
+		})
+	}
+}
+
+// TestStopDoesNotWaitForDeliverHooks: a DeliverHooks call whose hook
+// ignores its context holds the delivery rounds; Stop of the running
+// Service still returns (its loop stops waiting for its turn), and
+// DeliverHooks returns once the hook does.
+func TestStopDoesNotWaitForDeliverHooks(t *testing.T) {
+	t.Parallel()
+	s := memory.New(nil)
+	ctx := t.Context()
+	leaseExpired(t, s, "stuck", 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	hook := func(context.Context, store.Entry) error {
+		close(started) // called once: the record is acked below
+		<-release      // ignores its context
+		return nil
+	}
+	sv, err := cleanup.New(s, &cleanup.Config{Interval: time.Hour, DurableHook: hook, HookPoll: time.Millisecond,
+		HookGrace: time.Millisecond})
+	require.NoError(t, err)
+	_, err = sv.RunOnce(ctx)
+	require.NoError(t, err)
+	type result struct {
+		n   int
+		err error
+	}
+	delivered := make(chan result, 1)
+	go func() {
+		n, err := sv.DeliverHooks(ctx)
+		delivered <- result{n, err}
+	}()
+	<-started
+	require.NoError(t, sv.Start(ctx))
+	stopped := make(chan struct{})
+	go func() {
+		sv.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("Stop waited for a DeliverHooks call")
+	}
+	close(release)
+	r := <-delivered
+	require.NoError(t, r.err)
+	require.Equal(t, 1, r.n)
+	st, err := s.HookStats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Pending, "acknowledged")
+}
