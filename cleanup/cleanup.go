@@ -189,9 +189,18 @@ type Config struct {
 	// transaction type: cleanup.MoveTxFunc[pgx.Tx](fn) on PostgreSQL. If
 	// it fails, nothing of the batch moves: the entries stay expired and
 	// are tried again next cycle, a failed recovery (MaxRecoveryAttempts
-	// applies). New refuses it on a store that cannot run it
+	// applies); so does a transaction, function included, that outlives
+	// MoveTxTimeout. New refuses it on a store that cannot run it
 	// (store.TxRecoverer[T]; the memory backend cannot). Optional.
 	MoveTx TxMover
+	// MoveTxTimeout bounds the whole transaction that moves a batch with
+	// MoveTx: its statements and MoveTx's function (its ctx ends then).
+	// Set it above the function's slowest run for a batch (CascadeBatch
+	// or BatchSize moves): a batch that times out rolls back and counts
+	// as a failed recovery, so with MaxRecoveryAttempts a function that
+	// is always too slow ends as gaps. It holds the moved entries' row
+	// locks while it runs. At most MaxInterval. Default: QueryTimeout.
+	MoveTxTimeout time.Duration
 	// HookTimeout bounds each hook. With DurableHook, a delivery claims
 	// its record for HookTimeout plus QueryTimeout, which New requires to
 	// be at most store.MaxHookClaim (24 h). Default: DefaultHookTimeout
@@ -219,7 +228,8 @@ type Config struct {
 	// before a failed DurableHook runs again. At most MaxInterval.
 	// Default: DefaultMaxBackoff (1 min).
 	MaxBackoff time.Duration
-	// QueryTimeout bounds each statement. With DurableHook,
+	// QueryTimeout bounds each statement (with MoveTx: the whole moving
+	// transaction, MoveTx's function included). With DurableHook,
 	// HookTimeout plus QueryTimeout must be at most store.MaxHookClaim.
 	// Default: DefaultQueryTimeout (30 s).
 	QueryTimeout time.Duration
@@ -295,6 +305,7 @@ type Service struct {
 	hooks      *hookRunner
 	durable    *deliverer // nil without Config.DurableHook
 	moveTx     TxMover    // nil without Config.MoveTx
+	moveTxTime time.Duration
 	maxBackoff time.Duration
 	qTimeout   time.Duration
 	owner      string
@@ -369,6 +380,8 @@ func New(s Store, cfg *Config) (*Service, error) {
 		return nil, fmt.Errorf("cleanup: Config.QueryTimeout %v is negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
 	case cfg.HookPoll < 0 || cfg.HookPoll > MaxInterval:
 		return nil, fmt.Errorf("cleanup: Config.HookPoll %v must be in 0..%v: %w", cfg.HookPoll, MaxInterval, store.ErrInvalidArgument)
+	case cfg.MoveTxTimeout < 0 || cfg.MoveTxTimeout > MaxInterval:
+		return nil, fmt.Errorf("cleanup: Config.MoveTxTimeout %v must be in 0..%v: %w", cfg.MoveTxTimeout, MaxInterval, store.ErrInvalidArgument)
 	case cfg.MoveTx != nil && !cfg.MoveTx.supports(s):
 		return nil, fmt.Errorf("cleanup: Config.MoveTx: %w: the store runs no functions of %s in the transaction that moves expired work (store.TxRecoverer): %w",
 			store.ErrUnsupported, cfg.MoveTx.txType(), store.ErrInvalidArgument)
@@ -411,6 +424,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 		attempts:    map[string]attempt{},
 		moveTx:      cfg.MoveTx,
 	}
+	sv.moveTxTime = cmp.Or(cfg.MoveTxTimeout, sv.qTimeout)
 	sv.cascade.threshold = cmp.Or(cfg.CascadeThreshold, DefaultCascadeThreshold)
 	sv.cascade.batch = cmp.Or(cfg.CascadeBatch, DefaultCascadeBatch)
 	sv.cascade.delay = cmp.Or(cfg.CascadeDelay, DefaultCascadeDelay)

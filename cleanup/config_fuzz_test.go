@@ -45,6 +45,7 @@ func FuzzNewConfig(f *testing.F) {
 		hookConcurrency, hookQueue           int
 		hookGrace, maxBackoff, queryTimeout  int64
 		owner                                string
+		moveTxTimeout                        int64
 		durable                              bool
 	}
 	const maxInt64 = 1<<63 - 1
@@ -64,7 +65,8 @@ func FuzzNewConfig(f *testing.F) {
 		{threshold: 1, cascadeBatch: 1, cascadeDelay: int64(time.Microsecond)}, {scan: 1, batch: 1},
 		{hookTimeout: maxInt64, hookConcurrency: math.MaxInt, hookQueue: math.MaxInt, hookGrace: maxInt64,
 			maxBackoff: int64(cleanup.MaxInterval), queryTimeout: maxInt64, scan: math.MaxInt, attempts: math.MaxInt, threshold: math.MaxInt},
-		{maxBackoff: int64(cleanup.MaxInterval) + 1}, {maxBackoff: maxInt64},
+		{maxBackoff: int64(cleanup.MaxInterval) + 1}, {maxBackoff: maxInt64}, {moveTxTimeout: -1},
+		{moveTxTimeout: int64(cleanup.MaxInterval)}, {moveTxTimeout: int64(cleanup.MaxInterval) + 1},
 		// A durable hook's claim, HookTimeout plus QueryTimeout, must fit
 		// in store.MaxHookClaim.
 		{durable: true}, {durable: true, hookTimeout: int64(store.MaxHookClaim - cleanup.DefaultQueryTimeout)},
@@ -77,11 +79,11 @@ func FuzzNewConfig(f *testing.F) {
 	} {
 		f.Add(s.interval, s.minRate, s.window, s.attempts, s.leaseTTL, s.batch, s.scan, s.threshold, s.cascadeBatch,
 			s.cascadeDelay, s.factor, s.hookTimeout, s.hookConcurrency, s.hookQueue, s.hookGrace, s.maxBackoff,
-			s.queryTimeout, s.owner, s.durable)
+			s.queryTimeout, s.owner, s.moveTxTimeout, s.durable)
 	}
 	f.Fuzz(func(t *testing.T, interval int64, minRate float64, window, attempts int, leaseTTL int64,
 		batch, scan, threshold, cascadeBatch int, cascadeDelay int64, factor float64, hookTimeout int64,
-		hookConcurrency, hookQueue int, hookGrace, maxBackoff, queryTimeout int64, owner string, durable bool) {
+		hookConcurrency, hookQueue int, hookGrace, maxBackoff, queryTimeout int64, owner string, moveTxTimeout int64, durable bool) {
 		t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 		var clock atomic.Int64 // the store's clock, as an offset from t0
 		s := memory.New(&memory.Config{Now: func() time.Time { return t0.Add(time.Duration(clock.Load())) }})
@@ -92,7 +94,7 @@ func FuzzNewConfig(f *testing.F) {
 			CascadeThreshold: threshold, CascadeBatch: cascadeBatch, CascadeDelay: time.Duration(cascadeDelay),
 			CascadeTTLFactor: factor, HookTimeout: time.Duration(hookTimeout), HookConcurrency: hookConcurrency,
 			HookQueue: hookQueue, HookGrace: time.Duration(hookGrace), MaxBackoff: time.Duration(maxBackoff),
-			QueryTimeout: time.Duration(queryTimeout), Owner: owner,
+			QueryTimeout: time.Duration(queryTimeout), Owner: owner, MoveTxTimeout: time.Duration(moveTxTimeout),
 			// The operation "op-2" completed: the Retry step moves its
 			// result to a new number.
 			OperationTracker: recovery.OperationTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
@@ -122,7 +124,7 @@ func FuzzNewConfig(f *testing.F) {
 			cfg.CascadeDelay > cleanup.MaxInterval,
 			cfg.CascadeTTLFactor != 0 && !(cfg.CascadeTTLFactor >= 1 && cfg.CascadeTTLFactor <= cleanup.MaxCascadeTTLFactor),
 			cfg.HookTimeout < 0, cfg.HookConcurrency < 0, cfg.HookQueue < 0, cfg.HookGrace < 0, cfg.MaxBackoff < 0,
-			cfg.MaxBackoff > cleanup.MaxInterval, cfg.QueryTimeout < 0,
+			cfg.MaxBackoff > cleanup.MaxInterval, cfg.QueryTimeout < 0, cfg.MoveTxTimeout < 0, cfg.MoveTxTimeout > cleanup.MaxInterval,
 			// A claim longer than store.MaxHookClaim is refused: no durable
 			// hook would ever run.
 			durable && cmp.Or(cfg.HookTimeout, cleanup.DefaultHookTimeout) > store.MaxHookClaim-cmp.Or(cfg.QueryTimeout, cleanup.DefaultQueryTimeout):

@@ -147,7 +147,9 @@
 // sequence.CommitTx is, so that this package does not depend on the
 // driver; New refuses one the store cannot run. If it fails, the batch
 // rolls back and its entries stay expired: a failed recovery of the first
-// of them (MaxRecoveryAttempts applies). A custom step that calls
+// of them (MaxRecoveryAttempts applies). The transaction, the function
+// included, has its own bound, Config.MoveTxTimeout (default QueryTimeout):
+// a batch that outlives it fails the same way. A custom step that calls
 // RecoverExpired itself moves in its own transaction, without MoveTx.
 //
 // # Observing

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -187,4 +188,45 @@ func TestMoveTxNeedsATxRecoverer(t *testing.T) {
 	sv, err := cleanup.New(newPostgres(t), &cleanup.Config{MoveTx: cleanup.MoveTxFunc[pgx.Tx](fn)})
 	require.NoError(t, err)
 	sv.Stop()
+}
+
+// TestMoveTxTimeoutBoundsTheFunction: the transaction that runs MoveTx, the
+// function included, is bounded by MoveTxTimeout, not by the statements'
+// QueryTimeout (its default); New refuses one outside 0..MaxInterval.
+func TestMoveTxTimeoutBoundsTheFunction(t *testing.T) {
+	t.Parallel()
+	const query = 10 * time.Second
+	for _, c := range []struct {
+		moveTx time.Duration
+		within time.Duration // the function's ctx ends within it
+		beyond time.Duration // and not before
+	}{
+		{0, query, 0},
+		{time.Hour, time.Hour, query},
+	} {
+		st := newSideTable(t)
+		ctx := t.Context()
+		leaseExpired(t, st.s, "slow", 1)
+		var left time.Duration // 0 without a deadline
+		sv, err := cleanup.New(st.s, &cleanup.Config{OperationTracker: completed, QueryTimeout: query, MoveTxTimeout: c.moveTx,
+			MoveTx: cleanup.MoveTxFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, moves []cleanup.Move) error {
+				if dl, ok := ctx.Deadline(); ok {
+					left = time.Until(dl)
+				}
+				return st.insert(ctx, tx, moves)
+			})})
+		require.NoError(t, err)
+		res, err := sv.RunOnce(ctx)
+		sv.Stop()
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Resolved[recovery.MethodRetry])
+		require.Positive(t, left, "MoveTxTimeout %v: the function runs with a deadline", c.moveTx)
+		require.LessOrEqual(t, left, c.within, "MoveTxTimeout %v", c.moveTx)
+		require.Greater(t, left, c.beyond, "MoveTxTimeout %v", c.moveTx)
+	}
+	for _, d := range []time.Duration{-1, cleanup.MaxInterval + 1} {
+		_, err := cleanup.New(memory.New(nil), &cleanup.Config{MoveTxTimeout: d})
+		require.ErrorIs(t, err, store.ErrInvalidArgument)
+		require.ErrorContains(t, err, "Config.MoveTxTimeout")
+	}
 }

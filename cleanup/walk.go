@@ -218,7 +218,11 @@ func (w *walk) moves(ctx context.Context, run []pending) bool {
 		es[i] = it.e
 	}
 	p := &store.RecoverBatchParams{Owner: sv.owner, Hook: sv.durable != nil}
-	qctx, cancel := context.WithTimeout(ctx, sv.qTimeout)
+	timeout := sv.qTimeout
+	if sv.moveTx != nil {
+		timeout = sv.moveTxTime // the application's function runs in it
+	}
+	qctx, cancel := context.WithTimeout(ctx, timeout)
 	var res []store.RecoverResult
 	var err error
 	if sv.moveTx != nil {
