@@ -50,6 +50,8 @@ func (s *Store) Append(ctx context.Context, stream string, reqs []store.AppendRe
 		}
 	}
 	s.notes.sawXact(xid)
-	s.notes.resolved(ctx, stream, 0, numbers...)
+	if err := s.notes.resolved(ctx, stream, 0, numbers...); err != nil {
+		return nil, noticeFailed("append", err)
+	}
 	return out, nil
 }

@@ -184,7 +184,9 @@ func (s *Store) CommitMulti(ctx context.Context, items []store.StreamCommit, p *
 		return nil, interpretError("commit multi", err)
 	}
 	s.notes.sawXact(xid)
-	s.noticeCommits(ctx, items, send, refused)
+	if err := s.noticeCommits(ctx, items, send, refused); err != nil {
+		return nil, noticeFailed("commit multi", err)
+	}
 	for _, i := range refused {
 		it := items[i]
 		out[i].ResolvedAt, out[i].Err = s.explainCommitItem(ctx, it, p)
@@ -213,7 +215,8 @@ func (s *Store) commitValid(items []store.StreamCommit) (out []store.CommitResul
 // noticeCommits notices the items of send that committed (not in
 // refused): per stream, every number up to its highest ordered commit,
 // and each unordered one above it.
-func (s *Store) noticeCommits(ctx context.Context, items []store.StreamCommit, send, refused []int) {
+// An error is that of a statement in the caller's transaction (InTx).
+func (s *Store) noticeCommits(ctx context.Context, items []store.StreamCommit, send, refused []int) error {
 	through := map[string]int64{}
 	var committed []int
 	for _, i := range send {
@@ -236,7 +239,7 @@ func (s *Store) noticeCommits(ctx context.Context, items []store.StreamCommit, s
 		rs = append(rs, resolution{stream: stream, through: n})
 	}
 	s.notes.add(rs...)
-	s.notes.flush(ctx)
+	return s.notes.flush(ctx)
 }
 
 // explainCommitItem explains a refused item of a batch after its
@@ -248,7 +251,10 @@ func (s *Store) explainCommitItem(ctx context.Context, it store.StreamCommit, p 
 	case errors.Is(err, errChanged):
 		return s.Commit(ctx, it.Stream, it.Number, it.Token, &store.CommitParams{Payload: it.Payload, Ordered: it.Ordered, Now: p.Now})
 	case err == nil:
-		s.committed(ctx, it.Stream, it.Number, false) // a repeat of a commit that took effect
+		// a repeat of a commit that took effect
+		if nerr := s.committed(ctx, it.Stream, it.Number, false); nerr != nil {
+			return time.Time{}, noticeFailed("commit", nerr)
+		}
 	}
 	return t, err
 }
@@ -292,7 +298,9 @@ func (s *Store) CommitTx(ctx context.Context, items []store.TxCommit[pgx.Tx], p 
 			refused = append(refused, i)
 		}
 	}
-	s.noticeCommits(ctx, plain, send, refused)
+	if err := s.noticeCommits(ctx, plain, send, refused); err != nil {
+		return nil, noticeFailed("commit tx", err)
+	}
 	return out, nil
 }
 

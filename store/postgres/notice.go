@@ -77,6 +77,9 @@ type notices struct {
 	// transaction's id once known (0: not yet).
 	root *notices
 	xid  atomic.Int64
+	// what this one handed over to root (guarded by mu), sent again with
+	// the notices in the transaction if it falls back to those
+	handed map[string]*streamNotice
 
 	mu      sync.Mutex
 	pending map[string]*streamNotice
@@ -88,6 +91,13 @@ type notices struct {
 	// by transaction id, until their fate is known (tx.go).
 	awaited   map[int64]*awaitedTx
 	awaitWake chan struct{} // capacity 1: something was handed over
+	// the bounds of awaited: maxAwaited and maxAwaitAge, but in tests
+	maxAwaited  int
+	maxAwaitAge time.Duration
+	// hand-overs refused because maxAwaited transactions were awaited,
+	// and when that was last logged (guarded by mu)
+	overflows      atomic.Int64
+	overflowLogged time.Time
 }
 
 // streamNotice is what was collected for one stream.
@@ -100,15 +110,17 @@ type streamNotice struct {
 func newNotices(s *Store) *notices {
 	tok := store.NewToken()
 	return &notices{s: s, id: hex.EncodeToString(tok[:idLen/2]), pending: map[string]*streamNotice{}, wake: make(chan struct{}, 1),
-		awaited: map[int64]*awaitedTx{}, awaitWake: make(chan struct{}, 1)}
+		awaited: map[int64]*awaitedTx{}, awaitWake: make(chan struct{}, 1), maxAwaited: maxAwaited, maxAwaitAge: maxAwaitAge}
 }
 
 // resolved records that the numbers of stream were resolved by a
 // transaction that committed, and that every number up to through was
-// (0: nothing more), and sends the notices or has them sent.
-func (n *notices) resolved(ctx context.Context, stream string, through int64, numbers ...int64) {
+// (0: nothing more), and sends the notices or has them sent. An error is
+// that of a statement in the caller's transaction (a Store in one only),
+// which aborted that transaction; a root Store logs its failures.
+func (n *notices) resolved(ctx context.Context, stream string, through int64, numbers ...int64) error {
 	n.add(resolution{stream: stream, through: through, numbers: numbers})
-	n.flush(ctx)
+	return n.flush(ctx)
 }
 
 // resolution is what one stream had resolved by a transaction that
@@ -162,15 +174,17 @@ func (n *notices) add(rs ...resolution) {
 
 // flush has what was collected sent: in the background while a Watch
 // serves (add woke its sender already, unless the Watch began since), else
-// now, with ctx (the resolving call's).
-func (n *notices) flush(ctx context.Context) {
+// now, with ctx (the resolving call's). An error is that of a statement
+// in the caller's transaction (see resolved).
+func (n *notices) flush(ctx context.Context) error {
 	if n.inTx() {
 		// Not committed yet: hand over to the root's Watch, which notices
 		// what committed, or else notify in the transaction (tx.go).
-		if !n.handOff(ctx) {
-			n.send(ctx)
+		ok, err := n.handOff(ctx)
+		if err != nil || ok {
+			return err
 		}
-		return
+		return n.send(ctx)
 	}
 	n.mu.Lock()
 	serving := n.serving > 0
@@ -180,9 +194,10 @@ func (n *notices) flush(ctx context.Context) {
 		case n.wake <- struct{}{}:
 		default: // a send is due already
 		}
-		return
+		return nil
 	}
-	n.send(ctx)
+	n.send(ctx) //nolint:errcheck // logged; the notices go with the next
+	return nil
 }
 
 func (n *notices) addLocked(stream string, through int64, numbers []int64) {
@@ -231,16 +246,16 @@ func (n *notices) serve(ctx context.Context) {
 		n.mu.Lock()
 		n.serving--
 		if n.serving == 0 && len(n.awaited) > 0 {
-			// Nobody confirms them any more (tx.go): their notices are
-			// left to the other processes' safety poll.
-			n.s.logger.DebugContext(ctx, "postgres: Watch stopped; resolutions of callers' transactions still running are left to the safety poll",
+			// Kept for the next Watch, which confirms them (tx.go); a
+			// Store in one of those transactions that resolves more
+			// meanwhile notifies in it what it handed over too.
+			n.s.logger.DebugContext(ctx, "postgres: Watch stopped; resolutions of callers' transactions still awaited wait for the next Watch",
 				slog.Int("transactions", len(n.awaited)))
-			clear(n.awaited)
 		}
 		n.mu.Unlock()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noticeTimeout)
 		defer cancel()
-		n.send(sctx)
+		n.send(sctx) //nolint:errcheck // logged
 	}()
 	for {
 		select {
@@ -249,20 +264,22 @@ func (n *notices) serve(ctx context.Context) {
 		case <-n.wake:
 		}
 		sctx, cancel := context.WithTimeout(ctx, noticeTimeout)
-		n.send(sctx)
+		n.send(sctx) //nolint:errcheck // logged
 		cancel()
 	}
 }
 
 // send sends everything collected in one statement; if it fails, the
-// notices are put back for the next one.
-func (n *notices) send(ctx context.Context) {
+// notices are put back for the next one, and the error returned (in a
+// caller's transaction, which it aborted, it is not logged: the caller
+// returns it).
+func (n *notices) send(ctx context.Context) error {
 	n.sendMu.Lock()
 	defer n.sendMu.Unlock()
 	n.mu.Lock()
 	if len(n.pending) == 0 {
 		n.mu.Unlock()
-		return
+		return nil
 	}
 	taken := n.pending
 	n.pending = make(map[string]*streamNotice, len(taken))
@@ -276,17 +293,17 @@ func (n *notices) send(ctx context.Context) {
 	var sent int64
 	err := n.s.db.QueryRow(ctx, n.s.q.notices, n.s.channel, payloads, !n.inTx()).Scan(&sent)
 	if err == nil {
-		return
+		return nil
 	}
-	n.s.logger.WarnContext(ctx, "postgres: resolution notices not sent; trying again with the next", slog.Int("notices", len(payloads)), slog.Any("error", err))
+	if !n.inTx() {
+		n.s.logger.WarnContext(ctx, "postgres: resolution notices not sent; trying again with the next", slog.Int("notices", len(payloads)), slog.Any("error", err))
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for stream, sn := range taken {
-		n.addLocked(stream, sn.through, sn.numbers)
-		if sn.reread {
-			n.pending[stream].numbers, n.pending[stream].reread = nil, true
-		}
+		mergeNotice(n.pending, stream, sn)
 	}
+	return err
 }
 
 // pack packs records into as few payloads as fit, each starting with the

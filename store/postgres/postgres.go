@@ -178,7 +178,9 @@ func (s *Store) Commit(ctx context.Context, stream string, number int64, token s
 		err := s.db.QueryRow(ctx, s.q.commit, stream, number, uuid(token), p.Payload, p.Now, p.Ordered).Scan(&resolvedAt, &xid)
 		if err == nil {
 			s.notes.sawXact(xid)
-			s.committed(ctx, stream, number, p.Ordered)
+			if err := s.committed(ctx, stream, number, p.Ordered); err != nil {
+				return time.Time{}, noticeFailed("commit", err)
+			}
 			return resolvedAt, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -186,7 +188,10 @@ func (s *Store) Commit(ctx context.Context, stream string, number int64, token s
 		}
 		resolvedAt, err = s.explainCommit(ctx, s.db, stream, number, token, p.Now, p.Ordered)
 		if err == nil {
-			s.committed(ctx, stream, number, false) // a repeat: notice it again, in case the first was lost
+			// a repeat: notice it again, in case the first was lost
+			if err := s.committed(ctx, stream, number, false); err != nil {
+				return time.Time{}, noticeFailed("commit", err)
+			}
 		}
 		if !errors.Is(err, errChanged) {
 			return resolvedAt, err
@@ -197,12 +202,12 @@ func (s *Store) Commit(ctx context.Context, stream string, number int64, token s
 
 // committed notices the commit of number: with ordered, every number up
 // to it is resolved.
-func (s *Store) committed(ctx context.Context, stream string, number int64, ordered bool) {
+// An error is that of a statement in the caller's transaction (InTx).
+func (s *Store) committed(ctx context.Context, stream string, number int64, ordered bool) error {
 	if ordered {
-		s.notes.resolved(ctx, stream, number)
-		return
+		return s.notes.resolved(ctx, stream, number)
 	}
-	s.notes.resolved(ctx, stream, 0, number)
+	return s.notes.resolved(ctx, stream, 0, number)
 }
 
 // errChanged says a refused write could not be explained because the entry
@@ -237,12 +242,16 @@ func (s *Store) Release(ctx context.Context, stream string, number int64, token 
 		p = &store.ReleaseParams{}
 	}
 	for range maxAttempts {
-		tag, err := s.db.Exec(ctx, s.q.release, stream, number, uuid(token), p.Now)
-		if err != nil {
+		var xid int64
+		err := s.db.QueryRow(ctx, s.q.release, stream, number, uuid(token), p.Now).Scan(&xid)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return interpretError("release", err)
 		}
-		if tag.RowsAffected() == 1 {
-			s.notes.resolved(ctx, stream, 0, number)
+		if err == nil {
+			s.notes.sawXact(xid)
+			if err := s.notes.resolved(ctx, stream, 0, number); err != nil {
+				return noticeFailed("release", err)
+			}
 			return nil
 		}
 		pr, err := s.probe(ctx, s.db, stream, number, token, p.Now)
@@ -320,7 +329,9 @@ func (s *Store) ResolveExpired(ctx context.Context, stream string, number int64,
 			return interpretError("resolve expired", err)
 		}
 		if tag.RowsAffected() == 1 {
-			s.notes.resolved(ctx, stream, 0, number)
+			if err := s.notes.resolved(ctx, stream, 0, number); err != nil {
+				return noticeFailed("resolve expired", err)
+			}
 			return nil
 		}
 		if err := s.explainExpiry(ctx, stream, number, p.Now); !errors.Is(err, errChanged) {
@@ -354,7 +365,9 @@ func (s *Store) ResolveExpiredBatch(ctx context.Context, stream string, numbers 
 		return nil, interpretError("resolve expired batch", err)
 	}
 	if len(resolved) > 0 {
-		s.notes.resolved(ctx, stream, 0, resolved...)
+		if err := s.notes.resolved(ctx, stream, 0, resolved...); err != nil {
+			return nil, noticeFailed("resolve expired batch", err)
+		}
 	}
 	return resolved, nil
 }
@@ -372,10 +385,13 @@ func (s *Store) RecoverExpired(ctx context.Context, stream string, number int64,
 		sql = s.q.recoverExpiredHook
 	}
 	for range maxAttempts {
-		var moved int64
-		err := s.db.QueryRow(ctx, sql, stream, number, p.Owner, p.Payload, p.RecoveryType, reason, p.Now).Scan(&moved)
+		var moved, xid int64
+		err := s.db.QueryRow(ctx, sql, stream, number, p.Owner, p.Payload, p.RecoveryType, reason, p.Now).Scan(&moved, &xid)
 		if err == nil {
-			s.notes.resolved(ctx, stream, 0, number, moved)
+			s.notes.sawXact(xid)
+			if err := s.notes.resolved(ctx, stream, 0, number, moved); err != nil {
+				return 0, noticeFailed("recover expired", err)
+			}
 			return moved, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -448,7 +464,9 @@ func (s *Store) movedResults(ctx context.Context, stream string, items []store.R
 		for old, to := range moved {
 			resolved = append(resolved, old, to)
 		}
-		s.notes.resolved(ctx, stream, 0, resolved...)
+		if err := s.notes.resolved(ctx, stream, 0, resolved...); err != nil {
+			return nil, noticeFailed(op, err)
+		}
 	}
 	out := make([]store.RecoverResult, len(items))
 	var left []int64

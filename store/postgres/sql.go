@@ -119,7 +119,8 @@ RETURNING resolved_at, pg_current_xact_id()::text::bigint`,
 		release: `
 UPDATE {s}.entries
 SET state = 'gap', gap_reason = 'released', resolved_at = ` + nowf(4) + `
-WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'`,
+WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
+RETURNING pg_current_xact_id()::text::bigint`,
 
 		extend: `
 UPDATE {s}.entries
@@ -176,7 +177,7 @@ WITH old AS (
 	FROM ins WHERE e.stream = $1 AND e.number = $2
 	RETURNING ` + hookSourceE + `
 ){hook}
-SELECT ins.number FROM ins, gap`,
+SELECT ins.number, pg_current_xact_id()::text::bigint FROM ins, gap`,
 
 		// recoverExpired for several entries of a stream in one statement,
 		// so one transaction and one WAL flush: old locks the expired
@@ -254,27 +255,41 @@ SELECT n.base, n.t, pg_current_xact_id()::text::bigint FROM n`,
 		// [$3, $4] is resolved, or, with $5, every number up to $4 is (an
 		// ordered commit of $4). A range with $4 < $3 claims nothing
 		// checkable (a stream to re-read). A savepoint rolled back inside
-		// a committed transaction fails its check; resolutions are final,
-		// so a check that holds states a fact, whoever made it true.
+		// a committed transaction fails its check; for a range, the last
+		// column then lists the numbers of it that are resolved (the
+		// ranges of several calls are merged). Resolutions are final, so
+		// a check that holds states a fact, whoever made it true. An id
+		// at or above the snapshot's xmax is still running as far as this
+		// statement can tell, and is not passed to pg_xact_status, which
+		// fails the whole statement for an id from its future (as after a
+		// failover to a replica that lagged).
 		confirm: `
 WITH r AS (
-	SELECT r.*, x.xid, pg_xact_status(x.xid) AS status,
+	SELECT r.*, x.xid, CASE WHEN x.xid >= pg_snapshot_xmax(pg_current_snapshot()) THEN 'in progress'
+		ELSE pg_xact_status(x.xid) END AS status,
 		pg_visible_in_snapshot(x.xid, pg_current_snapshot()) AS visible
 	FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::boolean[])
 		WITH ORDINALITY AS r(x, stream, lo, hi, thru, ord),
 		LATERAL (SELECT r.x::text::xid8 AS xid) x
+), c AS (
+	SELECT r.*, r.status = 'committed' AND r.visible AS ended, CASE
+		WHEN r.status IS DISTINCT FROM 'committed' OR NOT r.visible THEN false
+		WHEN r.hi < r.lo THEN true
+		WHEN r.thru THEN
+			EXISTS (SELECT 1 FROM {s}.streams s WHERE s.name = r.stream AND s.last_number >= r.hi)
+			AND NOT EXISTS (SELECT 1 FROM {s}.entries e
+				WHERE e.stream = r.stream AND e.state = 'leased' AND e.number <= r.hi)
+		ELSE (SELECT count(*) FROM {s}.entries e
+			WHERE e.stream = r.stream AND e.number BETWEEN r.lo AND r.hi AND e.state <> 'leased') = r.hi - r.lo + 1
+		END AS holds
+	FROM r
 )
-SELECT r.ord, COALESCE(r.status, 'unknown'), r.visible, CASE
-	WHEN r.status IS DISTINCT FROM 'committed' OR NOT r.visible THEN false
-	WHEN r.hi < r.lo THEN true
-	WHEN r.thru THEN
-		EXISTS (SELECT 1 FROM {s}.streams s WHERE s.name = r.stream AND s.last_number >= r.hi)
-		AND NOT EXISTS (SELECT 1 FROM {s}.entries e
-			WHERE e.stream = r.stream AND e.state = 'leased' AND e.number <= r.hi)
-	ELSE (SELECT count(*) FROM {s}.entries e
-		WHERE e.stream = r.stream AND e.number BETWEEN r.lo AND r.hi AND e.state <> 'leased') = r.hi - r.lo + 1
+SELECT c.ord, COALESCE(c.status, 'unknown'), c.visible, c.holds, CASE
+	WHEN c.ended AND NOT c.holds AND NOT c.thru AND c.hi >= c.lo THEN
+		(SELECT array_agg(e.number ORDER BY e.number) FROM {s}.entries e
+		WHERE e.stream = c.stream AND e.number BETWEEN c.lo AND c.hi AND e.state <> 'leased')
 	END
-FROM r ORDER BY r.ord`,
+FROM c ORDER BY c.ord`,
 
 		// probeBatch explains the items recoverExpiredBatch did not move.
 		probeBatch: `

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -26,20 +27,37 @@ import (
 // second without NOTIFY and 3,000 with it). So, while a Watch of the root
 // Store runs, the Store in the transaction hands what it resolved to the
 // root, with the transaction's id (pg_current_xact_id(), returned by the
-// resolving statement itself where it can). The root's Watch then asks,
-// in one read-only statement for every transaction awaited (confirm), each
-// one's fate: for a transaction that committed (and whose commit its
-// snapshot sees), whether what was handed over holds now (a savepoint
-// rolled back inside a committed transaction undid its part, and that
-// part is not noticed); those resolutions are noticed as the root's own,
-// in process and to the other processes. An aborted transaction's are
-// dropped. A transaction still running is asked about again later,
-// backing off from confirmFirst to confirmMax, and the statements are at
-// least confirmGap apart. Without a running Watch the Store notifies in
-// the transaction. A notice missed anyway (the Watch stopped before the
-// transaction ended; more than maxAwaited transactions awaited) only
-// delays the other processes' wake-ups until their barrier's safety poll
-// re-reads the stream.
+// resolving statement itself where it can). The root keeps one claim per
+// transaction and stream, however many calls handed over: the highest
+// "every number up to n" and the numbers as merged ranges, beyond
+// maxClaimRanges a re-read of the stream (notice "s", always correct).
+// The root's Watch then asks, in one read-only statement for every
+// transaction awaited (confirm), each one's fate: for a transaction that
+// committed (and whose commit its snapshot sees), whether what was
+// handed over holds now (a savepoint rolled back inside a committed
+// transaction undid its part, and that part is not noticed: of a range,
+// the statement lists the numbers that are resolved); those resolutions
+// are noticed as the root's own, in process and to the other processes.
+// An aborted transaction's are dropped. A transaction still running is
+// asked about again later, backing off from confirmFirst to confirmMax,
+// and the statements are at least confirmGap apart; an id the server
+// cannot judge yet (at or above its snapshot's xmax, as after a failover
+// to a replica that lagged) counts as still running, so that it never
+// fails the statement for the others. A transaction awaited longer than
+// maxAwaitAge is dropped with a warning, and beyond maxAwaited
+// transactions a hand-over is refused, counted and warned about.
+//
+// When the Watch stops, what is awaited stays for the next Watch. Without
+// a running Watch (or beyond maxAwaited) the Store notifies in the
+// transaction, and includes what it handed over before, so that a Watch
+// stopping mid-transaction loses nothing of a transaction that resolves
+// more afterwards. A statement the Store runs in the caller's transaction
+// for its notices (that NOTIFY, or the query of the transaction's id)
+// that fails aborts the transaction: the call returns the error (see
+// noticeFailed). A notice missed anyway (the Watch stopped for good
+// before the transaction ended; the transaction was awaited too long)
+// only delays the other processes' wake-ups until their barrier's safety
+// poll re-reads the stream.
 
 const (
 	// confirmFirst is how long after a hand-over the root first asks: an
@@ -56,8 +74,18 @@ const (
 	// second) cost about 20% of the throughput, 10 ms nothing measurable.
 	confirmGap = 10 * time.Millisecond
 	// maxAwaited bounds the transactions awaited; beyond it, a Store in a
-	// transaction notifies in it.
-	maxAwaited = 10_000
+	// transaction notifies in it, and the root counts it and warns (at
+	// most once every overflowLogEvery).
+	maxAwaited       = 10_000
+	overflowLogEvery = time.Minute
+	// maxAwaitAge bounds how long a transaction is awaited: one still
+	// running after it is asked about no more, its notice left to the
+	// other processes' safety poll (and a warning logged).
+	maxAwaitAge = 5 * time.Minute
+	// maxClaimRanges bounds the ranges of numbers a transaction's claim
+	// of one stream keeps; beyond it the claim becomes a re-read of the
+	// stream (notice "s"), which is always correct.
+	maxClaimRanges = 32
 )
 
 // InTx returns the Store as seen from inside the caller's transaction tx:
@@ -77,7 +105,25 @@ const (
 // resolutions, or, when no Watch of s runs, through notices sent inside
 // tx. The first costs one read-only statement for many transactions; the
 // second serializes the commits of notifying transactions cluster-wide.
+// Either may run a statement in tx after the call's own write (the
+// NOTIFY; the query of the transaction's id, for a resolution whose
+// statement does not return it); if that statement fails (ctx ended, the
+// connection broke), PostgreSQL has aborted tx, and the call returns an
+// error saying so: nothing of tx commits, the call's write included.
 // InTx of a Store that is itself in a transaction binds to the same root.
+//
+// The transaction holds the stream's counter row from its first lease or
+// append until it ends. Whatever else must update that row waits for it:
+// other leases and appends, and the cleanup loop's moves of expired work
+// (RecoverExpired, RecoverExpiredBatch), which take the next number. So a
+// transaction that leases n, then commits n in order while a number m < n
+// of another holder expired, deadlocks with the cleanup: the ordered
+// commit waits for m to be resolved, and the move that would resolve m
+// waits for the counter row until its query times out; the ordered
+// commit fails with ErrExpired at its lease's deadline. Lease or append
+// last, keep the transaction short, and do not commit in order a number
+// leased in the same transaction (append instead, or lease outside and
+// use CommitTx), where cleanup moves expired work.
 func (s *Store) InTx(tx pgx.Tx) *Store {
 	root := s
 	if s.root != nil {
@@ -116,11 +162,82 @@ func (n *notices) sawXact(xid int64) {
 	}
 }
 
-// awaitedTx is what a transaction handed over, awaiting its end.
+// awaitedTx is what a transaction handed over, awaiting its end: one
+// claim per stream, however many calls handed over.
 type awaitedTx struct {
-	checks []txCheck
+	claims map[string]*txClaim
+	gen    int           // bumped by each hand-over
+	since  time.Time     // the first hand-over
 	delay  time.Duration // the current back-off
 	next   time.Time     // when to ask next
+}
+
+// txClaim is what a transaction claims to have resolved of one stream:
+// every number up to through (0: none), the numbers in ranges (sorted,
+// disjoint, not adjacent, all above through), and with reread, more than
+// maxClaimRanges ranges: the stream is to be re-read.
+type txClaim struct {
+	through int64
+	ranges  [][2]int64
+	reread  bool
+}
+
+// merge adds what sn claims of the stream to c.
+func (c *txClaim) merge(sn *streamNotice) {
+	ranges := make([][2]int64, len(sn.numbers))
+	for i, num := range sn.numbers {
+		ranges[i] = [2]int64{num, num}
+	}
+	c.mergeClaim(&txClaim{through: sn.through, ranges: ranges, reread: sn.reread})
+}
+
+// mergeClaim adds o to c.
+func (c *txClaim) mergeClaim(o *txClaim) {
+	c.through = max(c.through, o.through)
+	if c.reread = c.reread || o.reread; c.reread {
+		c.ranges = nil
+		return
+	}
+	c.ranges = append(c.ranges, o.ranges...)
+	slices.SortFunc(c.ranges, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	out := c.ranges[:0]
+	for _, r := range c.ranges {
+		r[0] = max(r[0], c.through+1)
+		switch {
+		case r[1] < r[0]: // within through
+		case len(out) > 0 && r[0] <= out[len(out)-1][1]+1:
+			out[len(out)-1][1] = max(out[len(out)-1][1], r[1])
+		default:
+			out = append(out, r)
+		}
+	}
+	c.ranges = out
+	if len(c.ranges) > maxClaimRanges {
+		c.ranges, c.reread = nil, true
+	}
+}
+
+// checks returns the checks of c of stream for the confirm statement.
+func (c *txClaim) checks(out []txCheck, stream string) []txCheck {
+	if c.through > 0 {
+		out = append(out, txCheck{stream: stream, hi: c.through, through: true})
+	}
+	if c.reread {
+		return append(out, txCheck{stream: stream, lo: 1, hi: 0})
+	}
+	for _, r := range c.ranges {
+		out = append(out, txCheck{stream: stream, lo: r[0], hi: r[1]})
+	}
+	return out
+}
+
+// checks returns the checks of every claim of a.
+func (a *awaitedTx) checks() []txCheck {
+	var out []txCheck
+	for stream, c := range a.claims {
+		out = c.checks(out, stream)
+	}
+	return out
 }
 
 // txCheck is one claim of a transaction that resolved something: every
@@ -133,16 +250,20 @@ type txCheck struct {
 }
 
 // handOff hands what is pending to the root's running Watch; false if
-// none runs (or too many transactions are awaited), and the caller sends
-// the notices in the transaction instead.
-func (n *notices) handOff(ctx context.Context) bool {
+// none runs (or too many transactions are awaited): then what is pending
+// includes again all this Store handed over before, and the caller sends
+// it in the transaction, so that a Watch that stopped meanwhile loses
+// nothing. An error is that of a statement in the caller's transaction,
+// which is aborted.
+func (n *notices) handOff(ctx context.Context) (bool, error) {
 	if n.root == nil || !n.root.serves() {
-		return false
+		n.takeBack(nil)
+		return false, nil
 	}
 	xid := n.xid.Load()
 	if xid == 0 {
 		if err := n.s.db.QueryRow(ctx, n.s.q.xactID).Scan(&xid); err != nil {
-			return false // the notices statement will meet the same error
+			return false, err
 		}
 		n.xid.Store(xid)
 	}
@@ -151,47 +272,53 @@ func (n *notices) handOff(ctx context.Context) bool {
 	n.pending = make(map[string]*streamNotice, len(taken))
 	n.mu.Unlock()
 	if len(taken) == 0 {
-		return true
+		return true, nil
 	}
-	var checks []txCheck
-	for stream, sn := range taken {
-		checks = sn.appendChecks(checks, stream)
-	}
-	if n.root.await(xid, checks) {
-		return true
+	if !n.root.await(xid, taken) {
+		n.takeBack(taken)
+		return false, nil
 	}
 	n.mu.Lock()
-	for stream, sn := range taken {
-		n.addLocked(stream, sn.through, sn.numbers)
-		if sn.reread {
-			n.pending[stream].numbers, n.pending[stream].reread = nil, true
-		}
+	defer n.mu.Unlock()
+	if n.handed == nil {
+		n.handed = map[string]*streamNotice{}
 	}
-	n.mu.Unlock()
-	return false
+	for stream, sn := range taken {
+		mergeNotice(n.handed, stream, sn)
+	}
+	return true, nil
 }
 
-// appendChecks appends the claims of sn of stream: its through, and its
-// numbers as ranges of consecutive numbers above it.
-func (sn *streamNotice) appendChecks(out []txCheck, stream string) []txCheck {
-	if sn.through > 0 {
-		out = append(out, txCheck{stream: stream, hi: sn.through, through: true})
+// takeBack puts taken and everything handed over before back into what
+// is pending.
+func (n *notices) takeBack(taken map[string]*streamNotice) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for stream, sn := range taken {
+		mergeNotice(n.pending, stream, sn)
 	}
-	if sn.reread {
-		return append(out, txCheck{stream: stream, lo: 1, hi: 0})
+	for stream, sn := range n.handed {
+		mergeNotice(n.pending, stream, sn)
 	}
-	nums := slices.Compact(slices.Sorted(slices.Values(sn.numbers)))
-	for len(nums) > 0 {
-		j := 1
-		for j < len(nums) && nums[j] == nums[j-1]+1 {
-			j++
-		}
-		if nums[j-1] > sn.through {
-			out = append(out, txCheck{stream: stream, lo: max(nums[0], sn.through+1), hi: nums[j-1]})
-		}
-		nums = nums[j:]
+	n.handed = nil
+}
+
+// mergeNotice adds sn of stream to m.
+func mergeNotice(m map[string]*streamNotice, stream string, sn *streamNotice) {
+	to := m[stream]
+	if to == nil {
+		to = &streamNotice{}
+		m[stream] = to
 	}
-	return out
+	to.through = max(to.through, sn.through)
+	if to.reread = to.reread || sn.reread; to.reread {
+		to.numbers = nil
+		return
+	}
+	to.numbers = append(to.numbers, sn.numbers...)
+	if len(to.numbers) > maxListed {
+		to.numbers, to.reread = nil, true
+	}
 }
 
 // serves reports whether a Watch of the Store runs.
@@ -201,22 +328,37 @@ func (n *notices) serves() bool {
 	return n.serving > 0
 }
 
-// await records the checks of transaction xid until its fate is known;
+// await records the claims of transaction xid until its fate is known;
 // false if no Watch runs or too many transactions are awaited.
-func (n *notices) await(xid int64, checks []txCheck) bool {
+func (n *notices) await(xid int64, claims map[string]*streamNotice) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	a := n.awaited[xid]
 	switch {
 	case n.serving == 0:
 		return false
-	case a == nil && len(n.awaited) >= maxAwaited:
+	case a == nil && len(n.awaited) >= n.maxAwaited:
+		total := n.overflows.Add(1)
+		if now := time.Now(); now.Sub(n.overflowLogged) >= overflowLogEvery {
+			n.overflowLogged = now
+			n.s.logger.Warn("postgres: too many callers' transactions awaited; a Store in a transaction notifies in it, which serializes the commits of the notifying transactions",
+				slog.Int("awaited", len(n.awaited)), slog.Int64("refused_total", total))
+		}
 		return false
 	case a == nil:
-		a = &awaitedTx{delay: confirmFirst, next: time.Now().Add(confirmFirst)}
+		now := time.Now()
+		a = &awaitedTx{claims: map[string]*txClaim{}, since: now, delay: confirmFirst, next: now.Add(confirmFirst)}
 		n.awaited[xid] = a
 	}
-	a.checks = append(a.checks, checks...)
+	for stream, sn := range claims {
+		c := a.claims[stream]
+		if c == nil {
+			c = &txClaim{}
+			a.claims[stream] = c
+		}
+		c.merge(sn)
+	}
+	a.gen++
 	select {
 	case n.awaitWake <- struct{}{}:
 	default: // woken already
@@ -259,7 +401,7 @@ func (n *notices) confirm(ctx context.Context) {
 		}
 		last = time.Now()
 		cctx, cancel := context.WithTimeout(ctx, noticeTimeout)
-		n.confirmDue(cctx, last)
+		n.confirmDue(cctx, last) //nolint:errcheck // logged
 		cancel()
 	}
 }
@@ -272,28 +414,32 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // confirmDue asks about the transactions due at now, in one statement,
-// notices the checks that hold of those that committed, drops those that
-// aborted, and backs off from the others.
-func (n *notices) confirmDue(ctx context.Context, now time.Time) {
+// notices the checks that hold of those that committed (of a range of
+// which a savepoint rolled back a part, the numbers resolved), drops those that aborted, and backs off from the others, but
+// for those awaited longer than maxAwaitAge, which it drops.
+// The error is the statement's, logged already.
+func (n *notices) confirmDue(ctx context.Context, now time.Time) error {
+	// The due stay in awaited while asked about (so that its bound
+	// holds), not due again before the answer; what is handed over
+	// meanwhile bumps their gen, and is asked about next time.
+	var xids, los, his []int64
+	var streams []string
+	var thru []bool
+	due := map[int64]int{} // xid: its gen when asked
 	n.mu.Lock()
-	due := map[int64]*awaitedTx{}
 	for xid, a := range n.awaited {
-		if !a.next.After(now) {
-			due[xid] = a
-			delete(n.awaited, xid)
+		if a.next.After(now) {
+			continue
+		}
+		due[xid] = a.gen
+		a.next = now.Add(noticeTimeout)
+		for _, c := range a.checks() {
+			xids, streams, los, his, thru = append(xids, xid), append(streams, c.stream), append(los, c.lo), append(his, c.hi), append(thru, c.through)
 		}
 	}
 	n.mu.Unlock()
 	if len(due) == 0 {
-		return
-	}
-	var xids, los, his []int64
-	var streams []string
-	var thru []bool
-	for xid, a := range due {
-		for _, c := range a.checks {
-			xids, streams, los, his, thru = append(xids, xid), append(streams, c.stream), append(los, c.lo), append(his, c.hi), append(thru, c.through)
-		}
+		return nil
 	}
 	rows, err := n.s.db.Query(ctx, n.s.q.confirm, xids, streams, los, his, thru)
 	fate := map[int64]string{}
@@ -303,15 +449,19 @@ func (n *notices) confirmDue(ctx context.Context, now time.Time) {
 			ord            int64
 			status         string
 			visible, holds bool
+			resolved       []int64
 		)
-		_, err = pgx.ForEachRow(rows, []any{&ord, &status, &visible, &holds}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&ord, &status, &visible, &holds, &resolved}, func() error {
 			i := ord - 1
 			xid := xids[i]
 			switch {
 			case status == "committed" && visible:
 				fate[xid] = "committed"
-				if holds {
+				switch {
+				case holds:
 					rs = append(rs, checkResolution(txCheck{stream: streams[i], lo: los[i], hi: his[i], through: thru[i]}))
+				case len(resolved) > 0: // a savepoint rolled back part of the range
+					rs = append(rs, resolution{stream: streams[i], numbers: slices.Clone(resolved)})
 				}
 			case status == "committed" || status == "in progress":
 				fate[xid] = "running"
@@ -327,22 +477,33 @@ func (n *notices) confirmDue(ctx context.Context, now time.Time) {
 		clear(fate)
 	}
 	n.mu.Lock()
-	for xid, a := range due {
-		if f := fate[xid]; f == "committed" || f == "ended" {
-			continue
+	aged := 0
+	for xid, gen := range due {
+		a := n.awaited[xid]
+		switch f := fate[xid]; {
+		case a == nil: // dropped by another Watch's round
+		case (f == "committed" || f == "ended") && a.gen == gen:
+			delete(n.awaited, xid)
+		case f == "committed" || f == "ended":
+			a.next = now // handed more meanwhile: ask again at once
+		case now.Sub(a.since) >= n.maxAwaitAge:
+			delete(n.awaited, xid)
+			aged++
+		default:
+			a.delay = min(2*a.delay, confirmMax)
+			a.next = now.Add(a.delay)
 		}
-		a.delay = min(2*a.delay, confirmMax)
-		a.next = now.Add(a.delay)
-		if b := n.awaited[xid]; b != nil { // handed more meanwhile
-			a.checks = append(a.checks, b.checks...)
-		}
-		n.awaited[xid] = a
 	}
 	n.mu.Unlock()
+	if aged > 0 {
+		n.s.logger.WarnContext(ctx, "postgres: callers' transactions awaited too long; their notices are left to the other processes' safety poll",
+			slog.Int("transactions", aged), slog.Duration("max_age", n.maxAwaitAge))
+	}
 	if len(rs) > 0 {
 		n.add(rs...)
-		n.flush(ctx)
+		n.flush(ctx) //nolint:errcheck // the root's: never fails, logs
 	}
+	return err
 }
 
 // checkResolution is the resolution a check that holds states.
@@ -384,3 +545,11 @@ func (errBatch) Query() (pgx.Rows, error)         { return nil, errNilTx }
 func (errBatch) QueryRow() pgx.Row                { return errRow{} }
 func (errBatch) Close() error                     { return errNilTx }
 func (errBatch) Tx() pgx.Tx                       { return nil }
+
+// noticeFailed is the error of a call op whose write succeeded in the
+// caller's transaction but whose notices statement there (the NOTIFY, or
+// the query of the transaction's id) failed, err: PostgreSQL aborted the
+// transaction, so nothing of it commits, the write included.
+func noticeFailed(op string, err error) error {
+	return fmt.Errorf("%s: written, but noticing it in the caller's transaction failed, which aborted that transaction (nothing of it commits): %w", op, err)
+}
