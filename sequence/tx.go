@@ -58,9 +58,15 @@ const (
 // transaction holds below the one it commits blocks that commit until the
 // deadline, and that the transaction holds the stream's counter row from
 // its first Lease or Append until it ends, which every other lease of the
-// stream waits for. It needs PostgreSQL's default READ COMMITTED
-// isolation: a snapshot taken once (REPEATABLE READ) never sees the
-// earlier numbers resolve.
+// stream waits for, and so does the cleanup loop's move of expired work
+// (it takes the next number from that row): an ordered Commit of a
+// number leased in this transaction, behind another holder's expired
+// number that cleanup moves, waits until the lease's deadline (ErrExpired)
+// while the move waits for the transaction. Lease last, keep the
+// transaction short, and prefer Append or Complete there, or CommitTx
+// outside (docs/transactions.md). It needs PostgreSQL's default READ
+// COMMITTED isolation: a snapshot taken once (REPEATABLE READ) never sees
+// the earlier numbers resolve.
 func (l *Leaser) InTx(s Store) *Leaser {
 	root := l
 	if l.parent != nil {

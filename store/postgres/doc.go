@@ -78,8 +78,10 @@
 // transactions it awaits, noticing what committed and still holds (not
 // what a rolled-back savepoint undid) and dropping what aborted; without
 // a Watch, the notices go in the transaction, which serializes the
-// commits of the notifying transactions cluster-wide. A notice missed
-// anyway is made up for by the barrier's safety poll. Watch and
+// commits of the notifying transactions cluster-wide. The Watch keeps one
+// claim per transaction and stream (merged ranges), bounded in count and
+// age; what it awaits survives a stop, for the next Watch. A notice
+// missed anyway is made up for by the barrier's safety poll. Watch and
 // WatchLeases fail there with store.ErrUnsupported.
 //
 // # Moving expired work
