@@ -196,7 +196,7 @@ func (n *notices) flush(ctx context.Context) error {
 		}
 		return nil
 	}
-	n.send(ctx) //nolint:errcheck // logged; the notices go with the next
+	_ = n.send(ctx) // logged; the notices go with the next
 	return nil
 }
 
@@ -255,7 +255,7 @@ func (n *notices) serve(ctx context.Context) {
 		n.mu.Unlock()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), noticeTimeout)
 		defer cancel()
-		n.send(sctx) //nolint:errcheck // logged
+		_ = n.send(sctx) // logged
 	}()
 	for {
 		select {
@@ -264,7 +264,7 @@ func (n *notices) serve(ctx context.Context) {
 		case <-n.wake:
 		}
 		sctx, cancel := context.WithTimeout(ctx, noticeTimeout)
-		n.send(sctx) //nolint:errcheck // logged
+		_ = n.send(sctx) // logged
 		cancel()
 	}
 }

@@ -401,7 +401,7 @@ func (n *notices) confirm(ctx context.Context) {
 		}
 		last = time.Now()
 		cctx, cancel := context.WithTimeout(ctx, noticeTimeout)
-		n.confirmDue(cctx, last) //nolint:errcheck // logged
+		_ = n.confirmDue(cctx, last) // logged
 		cancel()
 	}
 }
@@ -501,7 +501,7 @@ func (n *notices) confirmDue(ctx context.Context, now time.Time) error {
 	}
 	if len(rs) > 0 {
 		n.add(rs...)
-		n.flush(ctx) //nolint:errcheck // the root's: never fails, logs
+		_ = n.flush(ctx) // the root's: never fails, logs
 	}
 	return err
 }
