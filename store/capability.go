@@ -26,6 +26,7 @@ import (
 //	TxRecoverer[T]  -             yes (pgx.Tx)    cleanup's MoveTx: the application's writes in the transaction that moves expired work
 //	HookQueue       yes           yes             cleanup's DurableHook: hook records written with the resolution, delivered at least once
 //	Appender        yes           yes             sequence.Leaser.Append: entries born committed, in one statement
+//	ListenChecker   -             yes             metrics: the seqlease.listen.deaf gauge and deaf checks counter
 
 // InProcess is implemented by a backend that answers in process, without a
 // round trip (store/memory), and that reports every resolution to its
@@ -48,6 +49,26 @@ type OneByOne interface {
 	// CommitOne does what Commit with CommitParams{Payload: payload,
 	// Ordered: ordered} does.
 	CommitOne(ctx context.Context, stream string, number int64, token Token, payload []byte, ordered bool) (time.Time, error)
+}
+
+// ListenHealth is what the self-checks of a backend's watches (Watch,
+// WatchLeases) found: whether each hears the other processes.
+type ListenHealth struct {
+	// Deaf is how many watches cannot hear the other processes now (a
+	// LISTEN through a transaction-mode pooler): each polls its sink
+	// instead (Poller) until a later self-check hears.
+	Deaf int
+	// DeafChecks counts the self-checks that heard nothing since the
+	// backend was made.
+	DeafChecks int64
+}
+
+// ListenChecker is implemented by a backend whose watches prove that they
+// hear the other processes (store/postgres: a self-check notice each time
+// a watch starts listening).
+type ListenChecker interface {
+	// ListenHealth reports what the self-checks found so far.
+	ListenHealth() ListenHealth
 }
 
 // StreamLeases asks for consecutive numbers of one stream, one for each of

@@ -28,3 +28,14 @@ type Sink interface {
 	// with Snapshot before relying on what it was told.
 	Reset()
 }
+
+// Poller is implemented by a Sink or LeaseSink that has a cheaper way than
+// Reset to re-check what a notice would have told it. A backend whose
+// watch cannot hear the other processes (store/postgres: a LISTEN that
+// failed its self-check, as through a transaction-mode pooler) calls Poll
+// every few tens of milliseconds until it hears again, and Reset when the
+// sink is not a Poller. Poll must not block.
+type Poller interface {
+	// Poll asks the receiver to re-check, soon, what it waits for.
+	Poll()
+}
