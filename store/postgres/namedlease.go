@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/store"
@@ -1059,66 +1056,25 @@ func parseWaiter(rest string) (store.LeaseWaiter, bool) {
 }
 
 // WatchLeases reports the ends of holdings and the waiters' announcements to
-// sink until ctx ends, from LISTEN on a connection of its own taken out of
-// the pool (not the barrier's). It calls sink.Reset each time it starts
-// listening, so the receiver re-checks what it may have missed. Connection
-// errors are retried with exponential backoff (up to a 30 s pause). It needs
-// a DB that can hand out a connection (*pgxpool.Pool).
+// sink until ctx ends, from LISTEN on a connection of its own (not the
+// barrier's): taken out of the pool, or dialled with Config.ListenDSN. It
+// calls sink.Reset each time it starts listening, so the receiver re-checks
+// what it may have missed. Each time, it proves that the LISTEN hears (see
+// Listening in listen.go): when it does not, it logs an ERROR and polls
+// sink (store.Poller, else Reset) every Config.DeafPollInterval until a
+// later check hears. Connection errors are retried with exponential backoff
+// (up to a 30 s pause). It needs a DB that can hand out a connection
+// (*pgxpool.Pool) or Config.ListenDSN.
 func (s *Store) WatchLeases(ctx context.Context, sink store.LeaseSink) error {
 	if s.notes.inTx() {
 		return s.errInTx("watch leases")
 	}
-	pool, ok := s.db.(interface {
-		Acquire(ctx context.Context) (*pgxpool.Conn, error)
-	})
-	if !ok {
-		return fmt.Errorf("watch leases: %w: the DB is a %T, not a pool", store.ErrUnsupported, s.db)
-	}
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 50 * time.Millisecond
-	bo.MaxInterval = 30 * time.Second
-	bo.MaxElapsedTime = 0
-	for {
-		err := s.listenLeases(ctx, pool, sink, bo.Reset)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		pause := bo.NextBackOff()
-		s.logger.WarnContext(ctx, "postgres: lease listener lost, reconnecting", slog.Any("error", err), slog.Duration("pause", pause))
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-func (s *Store) listenLeases(ctx context.Context, pool interface {
-	Acquire(ctx context.Context) (*pgxpool.Conn, error)
-}, sink store.LeaseSink, connected func()) error {
-	pc, err := pool.Acquire(ctx)
+	connect, err := s.connector("watch leases")
 	if err != nil {
 		return err
 	}
-	conn := pc.Hijack() // a listening connection must not go back to the pool
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, s.lq().listenTo); err != nil {
-		return err
-	}
-	connected()
-	sink.Reset()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		kind, rest, _ := strings.Cut(n.Payload, "\t")
+	return s.watchLoop(ctx, connect, newListener(listenerLeases, s.lq().listenTo, sink, sink.Reset, func(payload string) {
+		kind, rest, _ := strings.Cut(payload, "\t")
 		switch kind {
 		case "l":
 			sink.Freed(rest)
@@ -1127,5 +1083,5 @@ func (s *Store) listenLeases(ctx context.Context, pool interface {
 				sink.Wanted(w)
 			}
 		}
-	}
+	}))
 }

@@ -40,7 +40,8 @@ type Config struct {
 	// Schema holds the tables; it must have been migrated (package
 	// migrations). Default: migrations.DefaultSchema ("seqlease").
 	Schema string
-	// Logger receives diagnostics, such as a lost listener connection or
+	// Logger receives diagnostics, such as a lost listener connection, a
+	// listener that hears nothing (ListenDeafMessage, at ERROR level), or
 	// a pool smaller than MinPoolConns. Default: discard.
 	Logger *slog.Logger
 	// AcquireTimeout bounds each wait of a call for a connection from the
@@ -51,6 +52,25 @@ type Config struct {
 	// Default (0): DefaultAcquireTimeout, 5 s. Negative: no bound but the
 	// caller's context (pgxpool's own behaviour).
 	AcquireTimeout time.Duration
+	// ListenDSN is the connection string of the connections Watch and
+	// WatchLeases LISTEN on: a direct or session-mode connection to the
+	// same database, for a Store whose DB goes through a
+	// transaction-mode pooler, where LISTEN hears nothing. Each watch
+	// dials one connection with it and keeps it. Default: "", each takes
+	// a connection out of the DB, which must then be a pool.
+	ListenDSN string
+	// ListenCheckTimeout is how long a listener waits to hear its own
+	// self-check notice before it is deemed deaf (see Listening in
+	// listen.go). Default: DefaultListenCheckTimeout (5 s).
+	ListenCheckTimeout time.Duration
+	// DeafPollInterval is how often the sink of a deaf listener is polled
+	// (store.Poller's Poll, else Reset). Default: DefaultDeafPollInterval
+	// (50 ms).
+	DeafPollInterval time.Duration
+	// DeafRecheckInterval is how long a deaf listener polls before it
+	// reconnects and checks again. Default: DefaultDeafRecheckInterval
+	// (30 s).
+	DeafRecheckInterval time.Duration
 }
 
 // Store is the PostgreSQL backend.
@@ -64,6 +84,12 @@ type Store struct {
 	decided decidedSetup // see queryDecided
 	notes   *notices     // notice.go
 	root    *Store       // of a Store in a caller's transaction (InTx); nil otherwise
+
+	// Listening (listen.go).
+	listenConfig           *pgx.ConnConfig // Config.ListenDSN parsed; nil: listen on the DB's connections
+	checkTimeout, deafPoll time.Duration
+	recheckEvery           time.Duration
+	health                 listenHealth
 }
 
 // New returns a Store on db. It validates the schema name but does not touch
@@ -94,14 +120,33 @@ func New(db DB, cfg *Config) (*Store, error) {
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return nil, fmt.Errorf("postgres: Config.Schema: %w", err)
 	}
-	logger := slog.New(slog.DiscardHandler)
-	if cfg != nil && cfg.Logger != nil {
-		logger = cfg.Logger
+	if cfg == nil {
+		cfg = &Config{}
 	}
+	switch {
+	case cfg.ListenCheckTimeout < 0:
+		return nil, fmt.Errorf("postgres: Config.ListenCheckTimeout %v is negative: %w", cfg.ListenCheckTimeout, store.ErrInvalidArgument)
+	case cfg.DeafPollInterval < 0:
+		return nil, fmt.Errorf("postgres: Config.DeafPollInterval %v is negative: %w", cfg.DeafPollInterval, store.ErrInvalidArgument)
+	case cfg.DeafRecheckInterval < 0:
+		return nil, fmt.Errorf("postgres: Config.DeafRecheckInterval %v is negative: %w", cfg.DeafRecheckInterval, store.ErrInvalidArgument)
+	}
+	var listenConfig *pgx.ConnConfig
+	if cfg.ListenDSN != "" {
+		lc, err := pgx.ParseConfig(cfg.ListenDSN)
+		if err != nil {
+			// pgx's parse errors hide the password.
+			return nil, fmt.Errorf("postgres: Config.ListenDSN: %w: %v", store.ErrInvalidArgument, err)
+		}
+		listenConfig = lc
+	}
+	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if pool, ok := db.(connPool); ok {
 		db = boundPool(pool, cfg, logger)
 	}
-	s := &Store{db: db, q: buildQueries(schema), inq: buildInboxQueries(schema), ckq: buildCheckpointQueries(schema), channel: schema, logger: logger}
+	s := &Store{db: db, q: buildQueries(schema), inq: buildInboxQueries(schema), ckq: buildCheckpointQueries(schema), channel: schema, logger: logger,
+		listenConfig: listenConfig, checkTimeout: cmp.Or(cfg.ListenCheckTimeout, DefaultListenCheckTimeout),
+		deafPoll: cmp.Or(cfg.DeafPollInterval, DefaultDeafPollInterval), recheckEvery: cmp.Or(cfg.DeafRecheckInterval, DefaultDeafRecheckInterval)}
 	s.notes = newNotices(s)
 	return s, nil
 }

@@ -14,6 +14,7 @@ type queries struct {
 	probe, listExpired, listExpiredStream        string
 	read, streamExists, stats, now               string
 	snapshot, readResolved, lowPoint, listen     string
+	selfCheck                                    string
 	listGaps, listGapHistory, countGaps, fillGap string
 	fillProbe, trim, recoverExpired              string
 	resolveExpiredBatch, streams                 string
@@ -359,6 +360,9 @@ ORDER BY number LIMIT $3`,
 		streams: `SELECT name FROM {s}.streams WHERE name > $1 ORDER BY name LIMIT $2`,
 
 		listen: `LISTEN ` + s,
+		// A listener's self-check notice (listen.go), on the schema's
+		// channel ($1).
+		selfCheck: `SELECT pg_notify($1, $2)`,
 
 		// The notices of resolutions that committed (notice.go), on the
 		// schema's channel ($1), in a transaction that does not wait for

@@ -6,13 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
-	"log/slog"
-
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seqlease/seqlease/store"
 )
@@ -80,12 +75,16 @@ func (s *Store) ReadResolved(ctx context.Context, stream string, after int64, li
 
 // Watch delivers the resolutions of every stream in the schema to sink until
 // ctx ends: those this Store makes, in process, as they commit; those of
-// other Stores (other processes), from LISTEN on a connection it takes out
-// of the pool. It calls
+// other Stores (other processes), from LISTEN on a connection of its own:
+// taken out of the pool, or dialled with Config.ListenDSN. It calls
 // sink.Reset each time it starts listening (first and after a reconnect), so
-// the receiver re-reads the truth for what it may have missed. Connection
-// errors are retried with exponential backoff (up to a 30 s pause). It
-// needs a DB that can hand out a connection (*pgxpool.Pool).
+// the receiver re-reads the truth for what it may have missed. Each time,
+// it proves that the LISTEN hears (a self-check notice; see Listening in
+// listen.go): when it does not, as through a transaction-mode pooler, it
+// logs an ERROR and polls sink (store.Poller, else Reset) every
+// Config.DeafPollInterval until a later check hears. Connection errors are
+// retried with exponential backoff (up to a 30 s pause). It needs a DB that
+// can hand out a connection (*pgxpool.Pool) or Config.ListenDSN.
 //
 // While it runs, it also sends this Store's notices to the other processes
 // in the background (see Notices in notice.go), and waits for that before
@@ -94,71 +93,24 @@ func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
 	if s.notes.inTx() {
 		return s.errInTx("watch")
 	}
-	pool, ok := s.db.(interface {
-		Acquire(ctx context.Context) (*pgxpool.Conn, error)
-	})
-	if !ok {
-		return fmt.Errorf("watch: %w: the DB is a %T, not a pool", store.ErrUnsupported, s.db)
+	connect, err := s.connector("watch")
+	if err != nil {
+		return err
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.notes.serve(ctx) })
 	wg.Go(func() { s.notes.confirm(ctx) }) // what Stores in callers' transactions hand over (tx.go)
 	defer s.notes.watch(sink)()            // this Store's own resolutions, in process
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 50 * time.Millisecond
-	bo.MaxInterval = 30 * time.Second
-	bo.MaxElapsedTime = 0
-	for {
-		err := s.listen(ctx, pool, sink, bo.Reset)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		pause := bo.NextBackOff()
-		s.logger.WarnContext(ctx, "postgres: listener lost, reconnecting", slog.Any("error", err), slog.Duration("pause", pause))
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// listen holds one listening connection until it fails or ctx ends.
-func (s *Store) listen(ctx context.Context, pool interface {
-	Acquire(ctx context.Context) (*pgxpool.Conn, error)
-}, sink store.Sink, connected func()) error {
-	pc, err := pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// A listening connection must not go back to the pool.
-	conn := pc.Hijack()
-	defer func() {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(closeCtx)
-	}()
-	if _, err := conn.Exec(ctx, s.q.listen); err != nil {
-		return err
-	}
-	connected()
-	sink.Reset()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		sender, records, ok := parsePayload(n.Payload)
+	return s.watchLoop(ctx, connect, newListener(listenerResolutions, s.q.listen, sink, sink.Reset, func(payload string) {
+		sender, records, ok := parsePayload(payload)
 		if !ok || sender == s.notes.id { // this Store's own: heard in process already
-			continue
+			return
 		}
 		for _, nt := range records {
 			nt.deliver(sink)
 		}
-	}
+	}))
 }
 
 // parseBigint parses a bigint >= 0 as PostgreSQL prints it: decimal digits,
