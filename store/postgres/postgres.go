@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -802,9 +803,53 @@ func interpretError(op string, err error) error {
 		return fmt.Errorf("%s: %w: %s (run the migrations)", op, ErrSchemaMissing, pgErr.Message)
 	case errors.As(err, &pgErr) && pgErr.Code == "3F000": // invalid_schema_name
 		return fmt.Errorf("%s: %w: %s (run the migrations)", op, ErrSchemaMissing, pgErr.Message)
+	case errors.As(err, &pgErr) && isPoolerCode(pgErr):
+		return fmt.Errorf("%s: %w", op, &PoolerError{Code: pgErr.Code, Err: err})
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// isPoolerCode reports whether pgErr is what pgx's cached prepared
+// statements meet behind a transaction-mode pooler, which lends the
+// server session that prepared them to other clients: prepared statement
+// already exists (42P05), does not exist (26000), or a Bind that does not
+// match the statement prepared under that name (08P01, protocol
+// violation, naming a prepared statement).
+func isPoolerCode(pgErr *pgconn.PgError) bool {
+	switch pgErr.Code {
+	case "42P05", "26000":
+		return true
+	case "08P01":
+		return strings.Contains(pgErr.Message, "prepared statement")
+	}
+	return false
+}
+
+// ErrPooler reports prepared statements that failed because the connection
+// goes through a transaction-mode pooler (PgBouncer pool_mode =
+// transaction) while pgx caches prepared statements (its default query
+// mode). The error is a *PoolerError, which names the setting to use.
+var ErrPooler = errors.New("postgres: prepared statements fail behind a transaction-mode pooler")
+
+// PoolerError is a driver error that a transaction-mode pooler caused
+// (prepared statement already exists or does not exist). It matches
+// ErrPooler and unwraps to the driver's error.
+type PoolerError struct {
+	Code string // the SQLSTATE: 42P05, 26000 or 08P01
+	Err  error  // the driver's error
+}
+
+// Error implements error: it names the setting that fixes it.
+func (e *PoolerError) Error() string {
+	return fmt.Sprintf("%v (SQLSTATE %s): add default_query_exec_mode=simple_protocol (or exec) to the connection string, "+
+		"or set pgx.ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeSimpleProtocol: %v", ErrPooler, e.Code, e.Err)
+}
+
+// Is makes a *PoolerError match ErrPooler.
+func (e *PoolerError) Is(target error) bool { return target == ErrPooler }
+
+// Unwrap returns the driver's error.
+func (e *PoolerError) Unwrap() error { return e.Err }
 
 // ErrSchemaMissing reports that the configured schema or its tables do not
 // exist: the migrations have not run.
