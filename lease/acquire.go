@@ -666,6 +666,17 @@ func (m *Manager) wakeHead(name string) {
 	}
 }
 
+// pollHeads wakes the first waiter of every name to try again, as a
+// notice of a release would have: the backend's watch hears nothing
+// (store.Poller).
+func (m *Manager) pollHeads() {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	for _, q := range m.queues {
+		q.waiters[0].poke()
+	}
+}
+
 // wakeAllHeads wakes the first waiter of every name; the heads that
 // announced themselves will announce again (notices may have been missed).
 func (m *Manager) wakeAllHeads() {

@@ -81,7 +81,10 @@
 // the name to the next waiter at once; a release elsewhere wakes it through
 // the backend's notice (PostgreSQL NOTIFY, on a listening connection of its
 // own), and a jittered poll (PollInterval, and the holder's expiry) covers
-// lost notices. A release sends that notice only when a waiter wants the
+// lost notices. When the backend's watch cannot hear (store/postgres: a
+// LISTEN that failed its self-check, as through a transaction-mode
+// pooler), it polls the Manager (store.Poller) every few tens of
+// milliseconds and the first waiters try again each time. A release sends that notice only when a waiter wants the
 // name: the first waiter of a Manager that finds the name held, other than
 // by a lease of its own Manager (whose release wakes it in process), marks
 // it wanted for a while (longer than its pause before it tries again), in
