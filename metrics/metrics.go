@@ -51,6 +51,8 @@ const (
 	NameNamedLeaseLongHeld     = "seqlease.named_lease.long_held"
 	NameAlertActive            = "seqlease.alert.active"
 	NameReaderLag              = "seqlease.reader.lag"
+	NameListenDeaf             = "seqlease.listen.deaf"
+	NameListenDeafChecks       = "seqlease.listen.deaf_checks"
 )
 
 // Attribute keys of the instruments. Every value comes from a small set:
@@ -134,6 +136,12 @@ type Config struct {
 	// that keeps the readers' checkpoints (store/memory, store/postgres).
 	// Optional; without it there is no reader lag gauge.
 	Checkpoints CheckpointLister
+	// Listen feeds the deaf listeners gauge (NameListenDeaf) and the deaf
+	// checks counter (NameListenDeafChecks): the store whose watches
+	// prove that they hear (store/postgres). Default: Gaps or
+	// Checkpoints, when it is a store.ListenChecker; without one there
+	// are no such series.
+	Listen store.ListenChecker
 	// MaxReaderSeries bounds the (reader, stream) pairs the reader lag
 	// gauge reports, in (reader, stream) order: one listing page per
 	// store.MaxListLimit of them at each collection. Default:
@@ -157,6 +165,7 @@ type Metrics struct {
 	now        func() time.Time
 	readers    CheckpointLister
 	maxReaders int
+	listen     store.ListenChecker
 
 	granted, committed, released, extended metric.Int64Counter
 	expired, recoveries, hookFailures      metric.Int64Counter
@@ -167,7 +176,8 @@ type Metrics struct {
 	lag, gapOpen, cycleExpired             metric.Int64ObservableGauge
 	cascadeActive, alertActive             metric.Int64ObservableGauge
 	hooksPending                           metric.Int64ObservableGauge
-	nlLongHeld, readerLag                  metric.Int64ObservableGauge
+	nlLongHeld, readerLag, listenDeaf      metric.Int64ObservableGauge
+	listenDeafChecks                       metric.Int64ObservableCounter
 	registration                           metric.Registration
 
 	streamsMu  sync.Mutex
@@ -239,6 +249,12 @@ func New(cfg *Config) (*Metrics, error) {
 		other:      &streamState{name: OtherStream},
 		readers:    cfg.Checkpoints,
 		maxReaders: cmp.Or(cfg.MaxReaderSeries, DefaultMaxReaderSeries),
+		listen:     cfg.Listen,
+	}
+	for _, src := range []any{cfg.Gaps, cfg.Checkpoints} {
+		if lc, ok := src.(store.ListenChecker); ok && m.listen == nil {
+			m.listen = lc
+		}
 	}
 	if m.logger == nil {
 		m.logger = slog.New(slog.DiscardHandler)
@@ -307,10 +323,16 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.nlLongHeld = gauge(NameNamedLeaseLongHeld, "{lease}", "Named leases this process has held for longer than Config.LongHeldAfter, by kind.")
 	m.alertActive = gauge(NameAlertActive, "{alert}", "1 while an alert of the evaluator fires, else 0.")
 	m.readerLag = gauge(NameReaderLag, "{entry}", "The stream's watermark minus the reader's saved checkpoint, by reader and stream.")
+	m.listenDeaf = gauge(NameListenDeaf, "{listener}", "Listeners (LISTEN connections of the barrier's and the named leases' watches) whose self-check heard nothing: they poll instead. A transaction-mode pooler? Set postgres.Config.ListenDSN.")
+	var err error
+	m.listenDeafChecks, err = meter.Int64ObservableCounter(NameListenDeafChecks, metric.WithUnit("{check}"),
+		metric.WithDescription("LISTEN self-checks that did not hear their own notice in time (a deaf listener checks again every 30 s)."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("creating instruments: %w", err)
 	}
-	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending, m.readerLag)
+	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending, m.readerLag,
+		m.listenDeaf, m.listenDeafChecks)
 	if err != nil {
 		return fmt.Errorf("registering the gauges' callback: %w", err)
 	}
@@ -431,6 +453,11 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.hooksPending, m.pending.Load())
 	m.namedLeases.observe(o)
 	m.observeReaders(ctx, o)
+	if m.listen != nil {
+		h := m.listen.ListenHealth()
+		o.ObserveInt64(m.listenDeaf, int64(h.Deaf))
+		o.ObserveInt64(m.listenDeafChecks, h.DeafChecks)
+	}
 	var openGaps int64
 	counted := false
 	m.streams.Range(func(_, v any) bool {
