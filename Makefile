@@ -21,8 +21,8 @@ help: ## Show this list of targets.
 # exporter the demo serves metrics with stays out of the library's go.mod).
 MODULES := . examples
 
-test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers).
-	scripts/with-postgres sh -c '$(GO) test -race -count=1 -timeout 15m ./... && cd examples && $(GO) test -race -count=1 -timeout 15m ./...'
+test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers) and a throwaway PgBouncer in transaction mode (installs pgbouncer if missing).
+	scripts/with-postgres scripts/with-pgbouncer sh -c '$(GO) test -race -count=1 -timeout 15m ./... && cd examples && $(GO) test -race -count=1 -timeout 15m ./...'
 
 soak: ## Run the soak (SOAK=10m): multi-process load with faults on PostgreSQL, then the audit and the load held; then the model-based test long (MODEL_SOAK=5m per backend). SOAKFLAGS=-race adds the race detector.
 	scripts/with-postgres env SEQLEASE_SOAK=$(or $(SOAK),10m) $(GO) test $(SOAKFLAGS) -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/chaos/
@@ -47,7 +47,7 @@ lint: $(STATICCHECK_STAMP) ## Run go vet and staticcheck (version pinned in STAT
 	for m in $(MODULES) bench; do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done
 
 cover: ## Run the tests with coverage (coverage.out) and print per-function coverage.
-	scripts/with-postgres $(GO) test -race -count=1 -timeout 15m -covermode=atomic -coverprofile=$(COVERPROFILE) ./...
+	scripts/with-postgres scripts/with-pgbouncer $(GO) test -race -count=1 -timeout 15m -covermode=atomic -coverprofile=$(COVERPROFILE) ./...
 	$(GO) tool cover -func=$(COVERPROFILE)
 
 tidy: ## Tidy every module's go.mod and go.sum.

@@ -30,6 +30,17 @@
 // them after the tests and before checking for leaked goroutines; NewPool
 // makes a private pool for tests that need other settings.
 //
+// # PgBouncer
+//
+// PgBouncerURL returns the URL of a PgBouncer in transaction mode in front
+// of the test database, for the tests of what happens behind a pooler:
+// SEQLEASE_TEST_PGBOUNCER_URL, set by `make test` (scripts/with-pgbouncer,
+// which installs Debian's pgbouncer when it is missing), or else a
+// throwaway PgBouncer the test binary starts on first use when pgbouncer
+// is installed (as root, as the postgres user: it refuses root), stopped by
+// Main. Without either the test fails with a message that says how to
+// provide one, as for the database. Options.URL points NewPool at it.
+//
 // # Isolation
 //
 // Each test works in its own schema, named t_<16 random hex digits>,

@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -55,6 +56,9 @@ type Options struct {
 	// MaxConns caps the pool's connections. Default: 0, pgxpool's default
 	// (the greater of 4 and the number of CPUs).
 	MaxConns int32
+
+	// URL is the database to connect to. Default: URL().
+	URL string
 }
 
 // NewPool connects a new pool to URL() and pings it. When the database
@@ -64,7 +68,7 @@ func NewPool(ctx context.Context, opts *Options) (*pgxpool.Pool, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	raw := URL()
+	raw := cmp.Or(opts.URL, URL())
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: parse %s (%s): %w", EnvURL, redact(raw), err)
@@ -210,6 +214,9 @@ func Main(m *testing.M) {
 func run(m *testing.M) int {
 	code := m.Run()
 	CloseShared()
+	bouncer.mu.Lock()
+	stopPgBouncer()
+	bouncer.mu.Unlock()
 	if code != 0 {
 		return code
 	}
