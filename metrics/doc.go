@@ -50,8 +50,11 @@
 // stream's watermark minus the reader's saved checkpoint, for every
 // checkpoint in the store (not only this process's), up to
 // Config.MaxReaderSeries: one ListCheckpoints page (one query on
-// PostgreSQL, watermarks included) per collection. Close unregisters the
-// callback.
+// PostgreSQL, watermarks included) per collection. The deaf listeners
+// (seqlease.listen.deaf) and the self-checks that heard nothing
+// (seqlease.listen.deaf_checks, a counter) are read from the store's
+// ListenHealth (store.ListenChecker: Config.Listen, or Gaps or Checkpoints
+// when it is one), with no query. Close unregisters the callback.
 //
 // # Traces
 //

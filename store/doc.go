@@ -23,6 +23,7 @@
 //	TxRecoverer[T]  the caller's function in the transaction that moves expired work (PostgreSQL, pgx.Tx)
 //	HookQueue       records of hooks to deliver, written with the resolutions (memory, PostgreSQL)
 //	Appender        entries born committed, numbers and payloads in one step (memory, PostgreSQL)
+//	ListenChecker   whether the watches hear the other processes: a self-check (PostgreSQL)
 //
 // The conformance suite checks each capability on every backend that has
 // it. A wrapper that embeds a backend gets its capabilities too: it must
@@ -74,6 +75,9 @@
 // watchers (Watch, a Sink), after it took effect, which is how the barrier
 // learns of resolutions made by other processes: one by one, or, after an
 // ordered commit of n, as every number up to n (Sink.ResolvedThrough).
+// A backend whose watch finds that it cannot hear the other processes
+// (PostgreSQL: a LISTEN through a transaction-mode pooler) polls its sink
+// instead, with Poll when the sink is a Poller, else with Reset.
 //
 // # Time
 //

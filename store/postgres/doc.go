@@ -61,6 +61,20 @@
 // call does, before it returns. The Store's own Watch hears of its
 // resolutions in process and skips its own notices (notice.go).
 //
+// # Listening
+//
+// Watch and WatchLeases LISTEN on the schema's channel, each on a
+// connection of its own (out of the pool, or dialled with
+// Config.ListenDSN), and prove that it hears: a self-check notice sent
+// through the DB, which they must hear within Config.ListenCheckTimeout.
+// A listener that does not (a LISTEN through a transaction-mode pooler
+// hears nothing, without an error) logs ListenDeafMessage at ERROR level,
+// counts in ListenHealth, and polls its sink (store.Poller, else Reset)
+// every Config.DeafPollInterval until a later check hears (listen.go).
+// Behind such a pooler, pgx's cached prepared statements fail too:
+// interpretError turns those errors into a *PoolerError (ErrPooler) that
+// names the setting, default_query_exec_mode=simple_protocol.
+//
 // # In the application's transaction
 //
 // InTx binds a Store to a pgx.Tx the application owns (tx.go): its leases,
