@@ -17,8 +17,8 @@ import (
 // FuzzNewConfig builds Stores from fuzzed configs (FuzzValidateSchema, in
 // migrations, checks the schema rule itself). New must never panic; it
 // fails with an error that matches migrations.ErrInvalidSchema and names
-// Config.Schema, the only field it checks (with Schema at its default the
-// config passes), or returns a Store that works, in either protocol mode:
+// Config.Schema, the only field fuzzed here (with Schema at its default the
+// config passes; TestListenConfig checks the listeners' fields), or returns a Store that works, in either protocol mode:
 // in a transaction of the test database that is rolled back, whatever the
 // name (an existing schema included), the schema is migrated, and the Store
 // leases two numbers, commits one in order, releases the other, reads both
