@@ -189,32 +189,8 @@ func TestBarrierThroughPgBouncer(t *testing.T) {
 	defer func() { require.NoError(t, m.Close()) }()
 
 	const n = 40
-	reqs := make([]store.LeaseRequest, n)
-	for i := range reqs {
-		reqs[i] = store.LeaseRequest{TTL: 5 * time.Minute}
-	}
-	es, err := procs[0].st.Lease(ctx, "s", reqs, nil)
-	require.NoError(t, err)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range procs {
-		wg.Go(func() {
-			p := procs[i]
-			for k := i; k < n; k += 2 { // process i commits every other number
-				e := es[k]
-				if err := p.b.WaitFor(ctx, "s", e.Number); err != nil {
-					errs[i] = err
-					return
-				}
-				if _, err := p.st.Commit(ctx, "s", e.Number, e.Token, &store.CommitParams{Ordered: true}); err != nil {
-					errs[i] = err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	require.NoError(t, errors.Join(errs...), "the ordered commits stalled: no fallback to polling?")
+	require.NoError(t, alternateCommits(ctx, n, procs[0].st, procs[0].b, procs[1].st, procs[1].b),
+		"the ordered commits stalled: no fallback to polling?")
 
 	for i, p := range procs {
 		require.Equal(t, []string{"ERROR listener=resolutions"}, p.logs.find(postgres.ListenDeafMessage)[:1], "process %d", i)
@@ -241,11 +217,76 @@ func TestBarrierThroughPgBouncer(t *testing.T) {
 	require.Equal(t, int64(n), snap.Watermark)
 }
 
+// alternateCommits leases n numbers of stream "s" and has two processes
+// commit them in order, taking turns: process i (a Store and its
+// barrier) commits every other number, from the i-th.
+func alternateCommits(ctx context.Context, n int, st0 *postgres.Store, b0 *barrier.Barrier, st1 *postgres.Store, b1 *barrier.Barrier) error {
+	reqs := make([]store.LeaseRequest, n)
+	for i := range reqs {
+		reqs[i] = store.LeaseRequest{TTL: 5 * time.Minute}
+	}
+	es, err := st0.Lease(ctx, "s", reqs, nil)
+	if err != nil {
+		return err
+	}
+	sts, bs := [2]*postgres.Store{st0, st1}, [2]*barrier.Barrier{b0, b1}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			for k := i; k < n; k += 2 {
+				e := es[k]
+				if err := bs[i].WaitFor(ctx, "s", e.Number); err != nil {
+					errs[i] = err
+					return
+				}
+				if _, err := sts[i].Commit(ctx, "s", e.Number, e.Token, &store.CommitParams{Ordered: true}); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// TestBarrierThroughPgBouncerListenDSN is TestBarrierThroughPgBouncer
+// configured right: every statement through the pooler, the LISTEN on a
+// direct connection (Config.ListenDSN). The self-checks hear (their
+// notices go through the pooler), nothing is logged or counted deaf, and
+// the commits take turns on the notices.
+func TestBarrierThroughPgBouncerListenDSN(t *testing.T) {
+	t.Parallel()
+	direct := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, direct)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var sts [2]*postgres.Store
+	var bs [2]*barrier.Barrier
+	logs := &records{}
+	for i := range sts {
+		st, err := postgres.New(bouncerPool(t, true), &postgres.Config{Schema: schema, Logger: slog.New(logs), ListenDSN: pgtest.URL()})
+		require.NoError(t, err)
+		b, err := barrier.New(st, nil)
+		require.NoError(t, err)
+		require.NoError(t, b.Start(ctx))
+		t.Cleanup(b.Stop)
+		sts[i], bs[i] = st, b
+	}
+	require.NoError(t, alternateCommits(ctx, 40, sts[0], bs[0], sts[1], bs[1]))
+	for i, st := range sts {
+		require.Equal(t, store.ListenHealth{}, st.ListenHealth(), "process %d", i)
+	}
+	require.Empty(t, logs.find(postgres.ListenDeafMessage))
+}
+
 // TestLeaseManagerThroughPgBouncer has a blocked Acquire of one process wait
-// for a release by another, both through PgBouncer alone. The release's
-// notice is not heard; the deaf watch polls the Manager (store.Poller), so
-// the waiter takes the name long before its own poll (an hour here) or the
-// holder's expiry (an hour) would have woken it.
+// for a release by another, both through PgBouncer alone: the waiter's
+// WatchLeases finds its LISTEN deaf (the ERROR names the leases listener)
+// and the waiter takes the name although the release's notice is never
+// heard. (Its own announcement refresh, every 3 s, would also wake it: the
+// barrier test is the one that fails without the polling.)
 func TestLeaseManagerThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	direct := pgtest.Shared(t, false)
