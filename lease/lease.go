@@ -274,7 +274,6 @@ type testHooks struct {
 	waiting    func(name string, queued int)             // a waiter joined the queue of name
 	wanted     func(w store.LeaseWaiter)                 // another process announced a waiter
 	reset      func()                                    // the watch (re)started listening
-	poll       func()                                    // the watch hears nothing: blocked acquires poll
 	paused     func(name string)                         // a blocked acquire found name held and waits
 	holding    func(name string)                         // the head of name holds back for a rival
 	ended      func(name string, fence int64, err error) // a lease ended (Done closed, Context cancelled)
@@ -502,12 +501,7 @@ func (s sink) Wanted(w store.LeaseWaiter) {
 // nothing (store.Poller), so a release may have gone unheard. Kept-alive
 // leases renew at their own pace; a force-release is then learnt at the
 // next renewal.
-func (s sink) Poll() {
-	if s.m.testHooks.poll != nil {
-		defer s.m.testHooks.poll()
-	}
-	s.m.pollHeads()
-}
+func (s sink) Poll() { s.m.pollHeads() }
 
 // Reset wakes every first waiter and makes every kept-alive lease renew now:
 // notices may have been missed.
