@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/store"
@@ -50,8 +51,10 @@ type Config struct {
 	// waited that long fails with a *PoolExhaustedError, having sent
 	// nothing. The caller's context still ends the wait earlier, with its
 	// own error. Statements on a caller's transaction wait for nothing.
-	// Default (0): DefaultAcquireTimeout, 5 s. Negative: no bound but the
-	// caller's context (pgxpool's own behaviour).
+	// It applies to a *pgxpool.Pool; another DB (a type of yours wrapping
+	// a pool) is used as it is. Default (0): DefaultAcquireTimeout, 5 s.
+	// Negative: no bound but the caller's context (pgxpool's own
+	// behaviour).
 	AcquireTimeout time.Duration
 	// ListenDSN is the connection string of the connections Watch and
 	// WatchLeases LISTEN on: a direct or session-mode connection to the
@@ -142,7 +145,10 @@ func New(db DB, cfg *Config) (*Store, error) {
 		listenConfig = lc
 	}
 	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	if pool, ok := db.(connPool); ok {
+	// Only a pool itself is wrapped: a type of the caller's that embeds one
+	// (to inject faults, to trace) keeps its own methods, which a wrapper
+	// around its embedded Acquire would bypass.
+	if pool, ok := db.(*pgxpool.Pool); ok {
 		db = boundPool(pool, cfg, logger)
 	}
 	s := &Store{db: db, q: buildQueries(schema), inq: buildInboxQueries(schema), ckq: buildCheckpointQueries(schema), channel: schema, logger: logger,
