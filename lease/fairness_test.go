@@ -358,7 +358,7 @@ func TestRivalsAreForgotten(t *testing.T) {
 // PostgreSQL, two pools) acquire and release one name for three seconds
 // (alone: see inTurn).
 // Every goroutine gets it, and about equally often: the spread is logged
-// (docs/leases.md quotes it) and the fewest wins must be at least a third
+// (docs/internals/leases.md quotes it) and the fewest wins must be at least a third
 // of the most.
 func TestFairnessAcrossProcesses(t *testing.T) {
 	inTurn(t, func(t *testing.T, b backend) {
