@@ -1,8 +1,8 @@
 // Package audit checks a stream's ledger against the invariants of seqlease
-// (DESIGN.md, I1-I6) and reports every violation precisely: which invariant,
-// which number, what was wrong. It reads through the same Read call both
-// backends offer, so one auditor serves memory and PostgreSQL, tests and
-// operators (`seqlease audit`).
+// (docs/guarantees.md, I1-I6) and reports every violation precisely: which
+// invariant, which number, what was wrong. It reads through the same Read
+// call both backends offer, so one auditor serves memory and PostgreSQL,
+// tests and operators (`seqlease audit`).
 //
 // # What is checked
 //

@@ -9,5 +9,5 @@
 // table of the schema) before and after. Inputs that are odd but valid
 // (quotes, semicolons, SQL text in a name) must round-trip unchanged.
 //
-// See docs/reliability.md for what was tried and found.
+// See docs/internals/reliability.md for what was tried and found.
 package hostile

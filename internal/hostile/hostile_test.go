@@ -635,7 +635,7 @@ func TestHostileSchemaNames(t *testing.T) {
 
 // configErr checks a constructor's error for a hostile field value: it names
 // the field. (Constructor errors carry no sentinel: see
-// docs/reliability.md.)
+// docs/internals/reliability.md.)
 func configErr(t *testing.T, err error, field string) {
 	t.Helper()
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
@@ -742,7 +742,7 @@ func (s *callCounter) Extend(ctx context.Context, stream string, number int64, t
 
 // TestEnormousAndNaNValuesBehave covers enormous and NaN values that the
 // constructors once accepted and the components then mishandled (found by
-// these tests and the fuzzers; docs/reliability.md): each is now refused, or
+// these tests and the fuzzers; docs/internals/reliability.md): each is now refused, or
 // accepted and handled.
 func TestEnormousAndNaNValuesBehave(t *testing.T) {
 	t.Parallel()

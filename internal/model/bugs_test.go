@@ -176,7 +176,7 @@ func (s *blindScan) ListExpired(context.Context, *store.ListExpiredParams) ([]st
 }
 
 // TestExtendAfterLocalDeadline is what the model test found on PostgreSQL
-// (docs/reliability.md): a Lease whose local deadline had passed stayed over
+// (docs/internals/reliability.md): a Lease whose local deadline had passed stayed over
 // after an Extend that the database accepted, so an ordered Commit then
 // failed at once although the lease was live. Extend now refuses a handle
 // that is over, consistently, and changes nothing.

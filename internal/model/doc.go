@@ -123,5 +123,5 @@
 //	SEQLEASE_MODEL_STEPS=300                               steps per schedule (default 100)
 //
 // Seeds are random unless set; the log tells which ran. See
-// docs/reliability.md for what the test found.
+// docs/internals/reliability.md for what the test found.
 package model

@@ -1,9 +1,9 @@
 // Package storetest is the conformance suite of the storage contract: the
 // Store interface in this package, whose method comments are the
-// specification, checked against the invariants of DESIGN.md (I1 dense, I2
-// resolve once, I3 no commit at or after expiry nor with a foreign token, I4
-// ordered commit, I5 never past the watermark, I6 nothing unresolved
-// trimmed, I7 idempotent retries).
+// specification, checked against the invariants of docs/guarantees.md (I1
+// dense, I2 resolve once, I3 no commit at or after expiry nor with a
+// foreign token, I4 ordered commit, I5 never past the watermark, I6 nothing
+// unresolved trimmed, I7 idempotent retries).
 //
 // A backend runs it from its own tests:
 //
