@@ -83,7 +83,7 @@ func main() {
 	flag.Float64Var(&c.retry, "retry", 0.005, "share of attempts that crash after doing all of the work")
 	flag.StringVar(&c.dsn, "dsn", "", "PostgreSQL URL; empty runs on the in-memory backend")
 	flag.StringVar(&c.schema, "schema", "seqlease_demo", "PostgreSQL schema (migrated on start)")
-	flag.DurationVar(&c.progress, "progress", time.Second, "interval of the progress line (0: none)")
+	flag.DurationVar(&c.progress, "progress", time.Second, "interval of the progress line, printed once a run goes past "+progressQuiet.String()+" (0: none)")
 	flag.IntVar(&c.procs, "procs", 1, "worker processes sharing the PostgreSQL of -dsn (1: workers run in this process)")
 	flag.BoolVar(&c.kill, "kill", false, "with -procs, SIGKILL worker process 0 a third of the way in (a real kill -9); the supervisor restarts it")
 	flag.StringVar(&c.metricsAddr, "metrics", "", "serve Prometheus metrics on this address while it runs, e.g. :9464 (empty: off)")

@@ -426,44 +426,6 @@ func (p *pipeline) eventIndex(opID string) (int, error) {
 	return n, nil
 }
 
-// progress prints a progress line every c.progress until stopped.
-func (p *pipeline) progress(start time.Time) (stop func()) {
-	if p.c.progress <= 0 {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(p.c.progress)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			ctx := context.Background()
-			st, err := p.st.Stats(ctx, p.stream)
-			if err != nil {
-				continue
-			}
-			expired, err := p.st.ListExpired(ctx, &store.ListExpiredParams{Stream: p.stream, Limit: store.MaxListLimit})
-			if err != nil {
-				continue
-			}
-			gaps, err := p.st.CountGaps(ctx, p.stream)
-			if err != nil {
-				continue
-			}
-			applied := p.n.applied.Load()
-			fmt.Fprintf(os.Stderr, "%6.1fs  applied %d/%d  watermark %d  in flight %d  expired %d  recovered %d  gaps %d  %.0f events/s\n",
-				time.Since(start).Seconds(), applied, len(p.events), st.Watermark, st.Unresolved,
-				len(expired), p.n.recovered.Load(), gaps, float64(applied)/time.Since(start).Seconds())
-		}
-	})
-	return func() { close(done); wg.Wait() }
-}
-
 // instrument builds the pipeline's metrics on tm's provider, with the
 // barrier's watermarks, the gap count and the alert evaluator; alerts are
 // printed as they fire and resolve.
