@@ -63,6 +63,7 @@ type config struct {
 	procs                     int
 	kill                      bool // with procs > 1: SIGKILL a worker process a third of the way in
 	progress, linger          time.Duration
+	timeout                   time.Duration // 0: none
 	metricsAddr               string
 	telemetry                 *telemetry // set when metricsAddr is; nil: no metrics
 }
@@ -84,6 +85,7 @@ func main() {
 	flag.StringVar(&c.dsn, "dsn", "", "PostgreSQL URL; empty runs on the in-memory backend")
 	flag.StringVar(&c.schema, "schema", "seqlease_demo", "PostgreSQL schema (migrated on start)")
 	flag.DurationVar(&c.progress, "progress", time.Second, "interval of the progress line, printed once a run goes past "+progressQuiet.String()+" (0: none)")
+	flag.DurationVar(&c.timeout, "timeout", 0, "give up after this long (0: no limit; unset: "+defaultTimeoutText+")")
 	flag.IntVar(&c.procs, "procs", 1, "worker processes sharing the PostgreSQL of -dsn (1: workers run in this process)")
 	flag.BoolVar(&c.kill, "kill", false, "with -procs, SIGKILL worker process 0 a third of the way in (a real kill -9); the supervisor restarts it")
 	flag.StringVar(&c.metricsAddr, "metrics", "", "serve Prometheus metrics on this address while it runs, e.g. :9464 (empty: off)")
@@ -91,20 +93,15 @@ func main() {
 	child := flag.String(childFlag, "", "internal: run as worker process STREAM:INDEX of a -procs run")
 	childRun := flag.Int(childRunFlag, 0, "internal: with -child, how many times this worker process was restarted")
 	flag.Parse()
-	if c.ttl == 0 {
-		// Shared machines stall for tens of milliseconds at times: on
-		// PostgreSQL a healthy worker must not lose its lease to that.
-		c.ttl = 100 * time.Millisecond
-		if c.dsn != "" {
-			c.ttl = 300 * time.Millisecond
-		}
-	}
+	timeoutSet := false
+	flag.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "timeout" })
+	c.setDefaults(timeoutSet)
 	if err := c.validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "projection:", err)
 		os.Exit(2)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := c.runContext()
 	defer cancel()
 	if *child != "" {
 		stream, index, err := parseChild(*child)
@@ -144,9 +141,50 @@ func main() {
 		rep.print(os.Stdout)
 	}
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = cause
+		}
 		fmt.Fprintln(os.Stderr, "projection:", err)
 		code = 1
 	}
+}
+
+// defaultTimeout bounds a run of events when -timeout is not given: five
+// minutes plus 20 ms an event, generous on a shared machine (a healthy run on
+// PostgreSQL takes a few ms an event), so that a large run is allowed to
+// finish and only a run that hangs is cut short.
+func defaultTimeout(events int) time.Duration {
+	return 5*time.Minute + time.Duration(events)*20*time.Millisecond
+}
+
+// defaultTimeoutText is defaultTimeout in words, for -h.
+const defaultTimeoutText = "5m plus 20ms an event"
+
+// setDefaults fills in the defaults that depend on other flags: the TTL
+// (on the backend) and, unless -timeout was given, the run's bound (on
+// -events).
+func (c *config) setDefaults(timeoutSet bool) {
+	if !timeoutSet {
+		c.timeout = defaultTimeout(c.events)
+	}
+	if c.ttl == 0 {
+		// Shared machines stall for tens of milliseconds at times: on
+		// PostgreSQL a healthy worker must not lose its lease to that.
+		c.ttl = 100 * time.Millisecond
+		if c.dsn != "" {
+			c.ttl = 300 * time.Millisecond
+		}
+	}
+}
+
+// runContext is the context of the run: ended after c.timeout, whose
+// expiry is its cause, or never with c.timeout 0.
+func (c *config) runContext() (context.Context, context.CancelFunc) {
+	if c.timeout == 0 {
+		return context.WithCancel(context.Background())
+	}
+	return context.WithTimeoutCause(context.Background(), c.timeout,
+		fmt.Errorf("gave up after -timeout %v (0: no limit)", c.timeout))
 }
 
 // validate checks the command line.
@@ -156,6 +194,8 @@ func (c *config) validate() error {
 		return errors.New("-events, -workers and -accounts must be positive")
 	case c.ttl <= 0 || c.interval <= 0:
 		return errors.New("-ttl and -cleanup-interval must be positive")
+	case c.timeout < 0:
+		return errors.New("-timeout must not be negative (0: no limit)")
 	case c.procs < 1:
 		return errors.New("-procs must be at least 1")
 	case c.procs > 1 && c.dsn == "":

@@ -117,3 +117,32 @@ func TestDemoSurvivesKill9(t *testing.T) {
 	require.Zero(t, rep.refused, "no transition out of order")
 	require.Equal(t, rep.lastApplied, rep.checkpoint)
 }
+
+// TestTimeout checks the run's bound: unset, it grows with -events (a run
+// of 200000 events is not cut at five minutes); -timeout 0 is no limit; a
+// negative one is refused; worker processes get the parent's bound.
+func TestTimeout(t *testing.T) {
+	c := config{events: 200_000, workers: 1, accounts: 1, procs: 1, ttl: time.Second, interval: time.Second}
+	c.setDefaults(false)
+	require.Equal(t, 5*time.Minute+4000*time.Second, c.timeout)
+	ctx, cancel := c.runContext()
+	deadline, ok := ctx.Deadline()
+	cancel()
+	require.True(t, ok)
+	require.Greater(t, time.Until(deadline), time.Hour)
+
+	c.timeout = 0
+	c.setDefaults(true)
+	require.Zero(t, c.timeout, "-timeout 0 given: no limit")
+	ctx, cancel = c.runContext()
+	_, ok = ctx.Deadline()
+	cancel()
+	require.False(t, ok, "no deadline")
+	require.NoError(t, c.validate())
+
+	c.timeout = -time.Second
+	require.ErrorContains(t, c.validate(), "-timeout")
+
+	c.timeout = 90 * time.Minute
+	require.Contains(t, strings.Join(childArgs(c, "s", 0, 0), " "), "-timeout 1h30m0s")
+}

@@ -463,7 +463,7 @@ func childArgs(c config, stream string, i, run int) []string {
 		"-events", strconv.Itoa(c.events), "-workers", strconv.Itoa(c.workers), "-accounts", strconv.Itoa(c.accounts),
 		"-seed", strconv.FormatUint(c.seed, 10), "-ttl", f(c.ttl), "-cleanup-interval", f(c.interval),
 		"-stall", g(c.stall), "-crash", g(c.crash), "-partial", g(c.partial), "-retry", g(c.retry),
-		"-dsn", c.dsn, "-schema", c.schema, "-progress", "0",
+		"-dsn", c.dsn, "-schema", c.schema, "-progress", "0", "-timeout", f(c.timeout),
 	}
 }
 
