@@ -118,6 +118,38 @@ func TestDemoSurvivesKill9(t *testing.T) {
 	require.Equal(t, rep.lastApplied, rep.checkpoint)
 }
 
+// TestTwoRunsOneSchema runs the demo twice on one PostgreSQL schema, with
+// worker processes (their work log is a table the runs share) and other
+// seeds: the same operation ids ("ev-000042") carry other events in the
+// second run. The first run leaves much recorded work (crashes after partial
+// or complete work); in the second, workers also crash without recording
+// anything, and the cleanup looks up work for those operation ids: it must
+// find none of the first run's. Each run has a stream of its own and finds
+// only its own work: both end with the verdict OK.
+func TestTwoRunsOneSchema(t *testing.T) {
+	schema := pgtest.ReserveSchema(t, pgtest.Shared(t, false))
+	var streams []string
+	for i, seed := range []uint64{21, 22} {
+		c := config{
+			events: 200, workers: 4, accounts: 10, seed: seed, procs: 2,
+			ttl: 300 * time.Millisecond, interval: 20 * time.Millisecond,
+			partial: 0.2, retry: 0.2,
+			dsn: pgtest.URL(), schema: schema,
+		}
+		if i == 1 {
+			c.crash, c.partial, c.retry = 0.2, 0.05, 0.05
+		}
+		rep, err := run(context.Background(), c)
+		require.NoError(t, err, "seed %d", seed)
+		require.True(t, rep.matches, "seed %d: the read model matches the sequential replay", seed)
+		require.Equal(t, 200, rep.committed)
+		require.Empty(t, rep.audit.Violations)
+		require.Positive(t, rep.recoveredBy["partial-work"]+rep.recoveredBy["retry"], "seed %d: work was looked up and recovered", seed)
+		streams = append(streams, rep.stream)
+	}
+	require.NotEqual(t, streams[0], streams[1], "each run has a stream of its own")
+}
+
 // TestTimeout checks the run's bound: unset, it grows with -events (a run
 // of 200000 events is not cut at five minutes); -timeout 0 is no limit; a
 // negative one is refused; worker processes get the parent's bound.

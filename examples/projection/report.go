@@ -18,6 +18,7 @@ import (
 // report is what the run came to.
 type report struct {
 	backend         string
+	stream          string // the run's stream, its own in the schema
 	events, workers int
 	procs           int
 	elapsed         time.Duration
@@ -45,7 +46,7 @@ type report struct {
 // replay.
 func (p *pipeline) check(ctx context.Context, model readModel, elapsed time.Duration) (*report, error) {
 	rep := &report{
-		backend: "in-memory", events: len(p.events), workers: p.c.workers, procs: max(p.c.procs, 1), elapsed: elapsed, n: &p.n,
+		backend: "in-memory", stream: p.stream, events: len(p.events), workers: p.c.workers, procs: max(p.c.procs, 1), elapsed: elapsed, n: &p.n,
 		recoveredBy: map[string]int{}, gapsBy: map[string]int{}, owners: map[string]int{},
 	}
 	if p.c.dsn != "" {
