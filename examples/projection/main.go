@@ -34,6 +34,7 @@
 //	make demo ARGS="-dsn postgres://..."                 # on PostgreSQL
 //	make demo ARGS="-dsn postgres://... -procs 3"        # three worker processes
 //	make demo ARGS="-dsn postgres://... -procs 3 -kill"  # and one of them SIGKILLed
+//	make demo ARGS="-dsn postgres://... -events 200000"  # a large run: a progress line past 5 s
 //	make demo ARGS="-metrics :9464 -linger 1m"           # and serve /metrics
 //
 // (or, in examples/, which is a module of its own: go run ./projection ...)
