@@ -25,6 +25,23 @@ import (
 // notification would leave a commit waiting until the test times out.
 func TestCrossProcess(t *testing.T) {
 	t.Parallel()
+	runCrossProcess(t, "", workerPoll)
+}
+
+// TestCrossProcessThroughPgBouncer runs the same worker processes with every
+// connection of theirs through a transaction-mode PgBouncer (simple
+// protocol), where LISTEN hears nothing: each worker's barrier finds its
+// listener deaf by its self-check and polls, so the ordered commits still
+// go on, only later. (The parent listens directly and polls once an hour.)
+func TestCrossProcessThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	runCrossProcess(t, pgtest.PgBouncerURL(t), workerPoll)
+}
+
+// runCrossProcess is TestCrossProcess with the workers connecting to url
+// (empty: the test database directly).
+func runCrossProcess(t *testing.T, url string, poll time.Duration) {
+	t.Helper()
 	if os.Getenv("SEQLEASE_WORKER") != "" {
 		t.Fatal("TestCrossProcess must not run in a worker process")
 	}
@@ -33,7 +50,7 @@ func TestCrossProcess(t *testing.T) {
 	schema := pgtest.NewSchema(t, pool)
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
-	b, err := barrier.New(s, &barrier.Config{PollInterval: workerPoll})
+	b, err := barrier.New(s, &barrier.Config{PollInterval: poll})
 	require.NoError(t, err)
 	require.NoError(t, b.Start(ctx))
 	t.Cleanup(b.Stop)
@@ -46,7 +63,7 @@ func TestCrossProcess(t *testing.T) {
 		cmd := exec.Command(exe, "-test.run=^TestWorkerProcess$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "SEQLEASE_WORKER=1", "SEQLEASE_WORKER_SCHEMA="+schema,
 			"SEQLEASE_WORKER_COUNT="+strconv.Itoa(each), "SEQLEASE_WORKER_ID="+strconv.Itoa(i),
-			"SEQLEASE_WORKER_POLL="+workerPoll.String())
+			"SEQLEASE_WORKER_POLL="+poll.String(), "SEQLEASE_WORKER_URL="+url)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		require.NoError(t, cmd.Start())
 		cmds[i] = cmd
@@ -80,7 +97,8 @@ func TestWorkerProcess(t *testing.T) {
 	ctx := context.Background()
 	n, err := strconv.Atoi(os.Getenv("SEQLEASE_WORKER_COUNT"))
 	require.NoError(t, err)
-	pool, err := pgtest.NewPool(ctx, &pgtest.Options{MaxConns: 4})
+	url := os.Getenv("SEQLEASE_WORKER_URL") // through a pooler: the simple protocol
+	pool, err := pgtest.NewPool(ctx, &pgtest.Options{MaxConns: 4, URL: url, SimpleProtocol: url != ""})
 	require.NoError(t, err)
 	defer pool.Close()
 	s, err := postgres.New(pool, &postgres.Config{Schema: os.Getenv("SEQLEASE_WORKER_SCHEMA")})
@@ -97,5 +115,8 @@ func TestWorkerProcess(t *testing.T) {
 		x, err := l.Lease(ctx, "xp", &sequence.LeaseOpts{TTL: time.Minute})
 		require.NoError(t, err)
 		require.NoError(t, x.Commit(ctx, fmt.Appendf(nil, "%s-%d", os.Getenv("SEQLEASE_WORKER_ID"), i)))
+	}
+	if url != "" {
+		require.Positive(t, s.ListenHealth().DeafChecks, "the listener through the pooler was found deaf")
 	}
 }
