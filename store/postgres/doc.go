@@ -33,7 +33,10 @@
 // after waiting for a row lock, so a commit and an expiry resolution racing on
 // one entry are decided by whoever takes the lock first: exactly one wins. A
 // refused write is explained by a second, read-only statement; the fast path
-// is one round trip.
+// is one round trip. A commit locks its leased row first and then reads the
+// clock once: that one reading decides (it is before expires_at) and is
+// recorded as resolved_at, so every commit by a holder shows
+// resolved_at < expires_at in the ledger, which the auditor checks (I3).
 //
 // # Many streams at once
 //

@@ -98,9 +98,13 @@ SELECT n.number, n.t FROM n ORDER BY n.ord`,
 		// lock orders a commit against a concurrent expiry resolution, and
 		// the clock is read in the WHERE clause, which PostgreSQL evaluates
 		// again on the newest row version after waiting for a lock.
-		// resolved_at is capped just below the expiry: the WHERE clause saw
-		// the clock before it, so the cap never dates a commit before its
-		// decision.
+		// A commit first locks its leased row (l), then reads the clock
+		// once (c, read after the lock: c scans l), and that one reading
+		// both decides (expires_at > c.t) and is recorded as resolved_at:
+		// the recorded time is the decision's, so resolved_at < expires_at
+		// can be checked from the ledger alone (the auditor does, I3).
+		// Nothing can change the locked row between the reading and the
+		// write.
 		// Resolutions send no NOTIFY here: PostgreSQL serializes the
 		// commits of every notifying transaction in the cluster, WAL flush
 		// included. The Store notices them to the other processes after the
@@ -108,11 +112,18 @@ SELECT n.number, n.t FROM n ORDER BY n.ord`,
 		// earlier number is still leased (I4); the check reads the partial
 		// index of unresolved entries.
 		commit: `
+WITH l AS (
+	SELECT 1 FROM {s}.entries
+	WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
+	FOR UPDATE
+), c AS MATERIALIZED (
+	SELECT ` + nowf(5) + ` AS t FROM l
+)
 UPDATE {s}.entries
-SET state = 'committed', payload = $4,
-	resolved_at = LEAST(` + nowf(5) + `, expires_at - interval '1 microsecond')
+SET state = 'committed', payload = $4, resolved_at = c.t
+FROM c
 WHERE stream = $1 AND number = $2 AND token = $3::uuid AND state = 'leased'
-	AND expires_at > ` + nowf(5) + `
+	AND expires_at > c.t
 	AND NOT ($6::boolean AND EXISTS (
 		SELECT 1 FROM {s}.entries o WHERE o.stream = $1 AND o.state = 'leased' AND o.number < $2))
 RETURNING resolved_at, pg_current_xact_id()::text::bigint`,

@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"Trim", testTrim},
 		{"Ordered", testOrdered},
 		{"CommitBatch", testCommitBatch},
+		{"CommitTime", testCommitTime},
 		{"Snapshot", testSnapshot},
 		{"ReadResolved", testReadResolved},
 		{"Watch", testWatch},
