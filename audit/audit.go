@@ -127,7 +127,7 @@ func Check(stream string, low int64, es []store.Entry, opts *Options) *Report {
 		byNumber[e.Number] = e
 		r.Last = max(r.Last, e.Number)
 	}
-	r.Checks = append(r.Checks, "I1 dense", "I2 resolved once")
+	r.Checks = append(r.Checks, "I1 dense", "I2 resolved once", "I3 committed before expiry")
 	for n := low; n <= r.Last; n++ {
 		e, ok := byNumber[n]
 		if !ok {
@@ -214,6 +214,7 @@ func checkEntry(r *Report, e store.Entry, all map[int64]store.Entry) {
 			r.Recovered++
 			checkMoved(r, e, all)
 		}
+		checkDecided(r, e)
 	case store.Gap:
 		r.Gaps++
 		if e.ResolvedAt.IsZero() || e.GapReason == "" {
@@ -235,6 +236,25 @@ func checkEntry(r *Report, e store.Entry, all map[int64]store.Entry) {
 		}
 	default:
 		r.add("I2", n, "unknown state %q", e.State)
+	}
+}
+
+// checkDecided checks I3 on a committed entry: its resolution time is the
+// instant the backend decided the commit, so a commit by the lease's holder
+// has resolved_at < expires_at. An entry born committed (appended, or the
+// cleanup loop's copy of moved work) has a lease of no length
+// (leased_at = expires_at) and is committed at that instant. A filled gap
+// is not a commit by a holder: its resolution time is the gap's, which came
+// at or after the expiry, and it is not held to this.
+func checkDecided(r *Report, e store.Entry) {
+	switch {
+	case !e.FilledAt.IsZero():
+	case !e.LeasedAt.IsZero() && e.ExpiresAt.Equal(e.LeasedAt):
+		if !e.ResolvedAt.Equal(e.LeasedAt) {
+			r.add("I3", e.Number, "born committed at %v but recorded as committed at %v", e.LeasedAt, e.ResolvedAt)
+		}
+	case !e.ResolvedAt.Before(e.ExpiresAt):
+		r.add("I3", e.Number, "committed at %v, not before its expiry at %v", e.ResolvedAt, e.ExpiresAt)
 	}
 }
 

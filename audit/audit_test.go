@@ -26,6 +26,11 @@ func committed(n int64, ms int) store.Entry {
 	return store.Entry{Number: n, State: store.Committed, ResolvedAt: at(ms), ExpiresAt: at(1000), Payload: []byte(fmt.Sprint(n))}
 }
 
+// bornAt is an entry born committed (appended) at ms, recorded at resolved.
+func bornAt(n int64, ms, resolved int) store.Entry {
+	return store.Entry{Number: n, State: store.Committed, LeasedAt: at(ms), ExpiresAt: at(ms), ResolvedAt: at(resolved), Payload: []byte("a")}
+}
+
 func gapAt(n int64, ms int) store.Entry {
 	return store.Entry{Number: n, State: store.Gap, ResolvedAt: at(ms), ExpiresAt: at(ms), GapReason: store.ReasonExpired}
 }
@@ -83,6 +88,10 @@ func TestCheck(t *testing.T) {
 		{"acknowledged commit lost", []store.Entry{committed(1, 10), gapAt(2, 20)}, &audit.Options{Acknowledged: map[int64][]byte{1: []byte("1"), 2: nil}}, []string{"I6@2"}},
 		{"acknowledged payload differs", []store.Entry{committed(1, 10)}, &audit.Options{Acknowledged: map[int64][]byte{1: []byte("other")}}, []string{"I6@1"}},
 		{"unresolved too long", []store.Entry{committed(1, 10), leased(2)}, &audit.Options{MaxUnresolved: time.Second, Now: at(1200)}, []string{"I6@2"}},
+		{"committed at its expiry", []store.Entry{committed(1, 10), committed(2, 1000)}, nil, []string{"I3@2"}},
+		{"committed after its expiry", []store.Entry{committed(1, 1500)}, nil, []string{"I3@1"}},
+		{"born committed", []store.Entry{bornAt(1, 10, 10)}, &audit.Options{Ordered: true}, nil},
+		{"born committed, recorded later", []store.Entry{bornAt(1, 10, 20)}, nil, []string{"I3@1"}},
 		{"unresolved in time", []store.Entry{committed(1, 10), leased(2)}, &audit.Options{MaxUnresolved: time.Second, Now: at(1000)}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -154,6 +163,68 @@ func TestStream(t *testing.T) {
 			r, err = audit.Stream(ctx, s, "a", nil)
 			require.NoError(t, err)
 			require.Equal(t, []string{"I1@2", "I2@6"}, invariants(r), "%v", r.Err())
+		})
+	}
+}
+
+// ledgerBackend is a store whose ledger TestCommitTime builds: holders'
+// commits, appended entries and a filled gap.
+type ledgerBackend interface {
+	backend
+	store.Appender
+	Now(ctx context.Context) (time.Time, error)
+	FillGap(ctx context.Context, stream string, number int64, p *store.FillParams) error
+	ResolveExpired(ctx context.Context, stream string, number int64, p *store.ResolveExpiredParams) error
+}
+
+// TestCommitTime audits I3 on real ledgers: commits just before expiry,
+// appended entries and a filled gap pass on both backends; on PostgreSQL a
+// commit whose recorded time is moved to or past its expiry is caught.
+func TestCommitTime(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	pg, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for name, s := range map[string]ledgerBackend{"memory": memory.New(nil), "postgres": pg} {
+		t.Run(name, func(t *testing.T) {
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			pin := func(d time.Duration) *time.Time { tm := store.Micro(now).Add(d); return &tm }
+			es, err := s.Lease(ctx, "a", []store.LeaseRequest{{TTL: time.Second}, {TTL: time.Second}, {TTL: time.Second}}, &store.LeaseParams{Now: pin(0)})
+			require.NoError(t, err)
+			_, err = s.Commit(ctx, "a", 1, es[0].Token, &store.CommitParams{Payload: []byte("1"), Now: pin(time.Millisecond)})
+			require.NoError(t, err)
+			_, err = s.Commit(ctx, "a", 2, es[1].Token, &store.CommitParams{Payload: []byte("2"), Now: pin(time.Second - time.Microsecond)})
+			require.NoError(t, err)
+			// 3 expires: a gap, filled long after its expiry
+			require.NoError(t, s.ResolveExpired(ctx, "a", 3, &store.ResolveExpiredParams{Now: pin(2 * time.Second)}))
+			require.NoError(t, s.FillGap(ctx, "a", 3, &store.FillParams{Payload: []byte("f"), FilledBy: "ops", Now: pin(time.Hour)}))
+			_, err = s.Append(ctx, "a", []store.AppendRequest{{Payload: []byte("4")}, {Payload: []byte("5")}}, &store.AppendParams{Now: pin(time.Hour)})
+			require.NoError(t, err)
+
+			r, err := audit.Stream(ctx, s, "a", &audit.Options{Ordered: true})
+			require.NoError(t, err)
+			require.NoError(t, r.Err())
+			require.Contains(t, r.Checks, "I3 committed before expiry")
+			require.Equal(t, [3]int{5, 0, 1}, [3]int{r.Committed, r.Gaps, r.Filled})
+
+			if name != "postgres" {
+				return
+			}
+			entries := pgx.Identifier{schema, "entries"}.Sanitize()
+			for _, sql := range []string{
+				`UPDATE ` + entries + ` SET resolved_at = expires_at WHERE stream = 'a' AND number = 1`,
+				`UPDATE ` + entries + ` SET resolved_at = expires_at + interval '1 second' WHERE stream = 'a' AND number = 2`,
+				`UPDATE ` + entries + ` SET resolved_at = resolved_at + interval '1 microsecond' WHERE stream = 'a' AND number = 5`,
+			} {
+				_, err := pool.Exec(ctx, sql)
+				require.NoError(t, err)
+			}
+			r, err = audit.Stream(ctx, s, "a", nil)
+			require.NoError(t, err)
+			require.Equal(t, []string{"I3@1", "I3@2", "I3@5"}, invariants(r), "%v", r.Err())
 		})
 	}
 }

@@ -13,6 +13,12 @@
 //	              when and keeps its reason; a gap whose work moved names a
 //	              later committed entry that came from it, and no number's
 //	              work moved twice
+//	I3 expiry     every entry its holder committed was committed before its
+//	              lease expired: a commit records the backend's clock
+//	              reading that decided it, so resolved_at < expires_at; an
+//	              entry born committed (appended, or moved work) has
+//	              leased_at = expires_at = resolved_at; a filled gap is not
+//	              held to it
 //	I4 ordered    (Options.Ordered) no entry committed before an earlier
 //	              number resolved, by the backend's resolution times; work
 //	              moved by the cleanup loop is committed at the end of the
@@ -23,10 +29,9 @@
 //	              is committed with its payload; (Options.MaxUnresolved) no
 //	              lease stays unresolved longer than that past its expiry
 //
-// I3 (no commit at or after expiry, none with a foreign token), I7 (retry
-// with the same token) and I8 (named leases) are properties of operations,
-// not of a ledger at rest; the conformance suite and the fault tests check
-// them.
+// I3's other half (no commit with a foreign token), I7 (retry with the same
+// token) and I8 (named leases) are properties of operations, not of a
+// ledger at rest; the conformance suite and the fault tests check them.
 //
 // The auditor reads the ledger in pages, one statement each, while writers
 // may run; a ledger that changes under it can only show entries resolving

@@ -93,6 +93,7 @@ func TestEndToEnd(t *testing.T) {
 	code, out, _ = seqlease(t, "-schema", schema, "audit", "orders", "-ordered")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "I1 dense")
+	require.Contains(t, out, "I3 committed before expiry")
 	require.Contains(t, out, "I4 ordered commits")
 	require.NotContains(t, out, "VIOLATION")
 	code, _, errOut = seqlease(t, "-schema", schema, "audit", "orders", "-max-unresolved", "1h")

@@ -19,7 +19,7 @@
 //	                         (-by WHO, -payload TEXT or -payload-file FILE, -reason R,...)
 //	trim STREAM BELOW        remove resolved entries below BELOW (never unresolved ones)
 //	watch STREAM             the watermark and the lag, live (-interval D, -count N)
-//	audit STREAM             check the ledger against I1, I2, I4 and I6 (-ordered,
+//	audit STREAM             check the ledger against I1-I4 and I6 (-ordered,
 //	                         -max-unresolved D) and list the expired, unresolved leases;
 //	                         exit 1 on a violation
 //	cleanup [STREAM]         one pass of the cleanup loop, gaps only, under its per-stream
