@@ -9,7 +9,7 @@ COVERPROFILE        := coverage.out
 
 .DEFAULT_GOAL := help
 
-.PHONY: help test soak demo outbox inbox bench bench-smoke lint cover tidy
+.PHONY: help test failover soak demo outbox inbox bench bench-smoke lint cover tidy
 
 help: ## Show this list of targets.
 	@echo 'Usage: make <target>'
@@ -23,6 +23,9 @@ MODULES := . examples
 
 test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers) and a throwaway PgBouncer in transaction mode (installs pgbouncer if missing).
 	scripts/with-postgres scripts/with-pgbouncer sh -c '$(GO) test -race -count=1 -timeout 15m ./... && cd examples && $(GO) test -race -count=1 -timeout 15m ./...'
+
+failover: ## Run the HA test: a throwaway two-node Patroni cluster (installs patroni and etcd-server if missing), its primary killed under load; logs the time to resume.
+	scripts/with-patroni $(GO) test -race -tags failover -count=1 -v -timeout 10m ./internal/failover/
 
 soak: ## Run the soak (SOAK=10m): multi-process load with faults on PostgreSQL, then the audit and the load held; then the model-based test long (MODEL_SOAK=5m per backend). SOAKFLAGS=-race adds the race detector.
 	scripts/with-postgres env SEQLEASE_SOAK=$(or $(SOAK),10m) $(GO) test $(SOAKFLAGS) -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/chaos/

@@ -1,0 +1,16 @@
+// Package failover holds the high-availability tests: they run against a
+// real Patroni cluster (scripts/with-patroni: one etcd, two PostgreSQL nodes
+// with synchronous replication) and lose its primary node mid-load.
+//
+// The tests are behind the build tag "failover", so `go test ./...` does not
+// build them; `make failover` runs them under scripts/with-patroni, which
+// sets SEQLEASE_TEST_HA_URL (a multi-host URL with
+// target_session_attrs=read-write) and what a test needs to kill a node. A
+// test fails, never skips, when SEQLEASE_TEST_HA_URL is unset.
+//
+// TestFailover kills the primary's Patroni, postmaster and backends with
+// SIGKILL while ordered workers lease and commit on two streams, measures
+// how long the workers take to commit again, and audits the ledgers: every
+// acknowledged commit survives, each stream is dense, ordered and resolved,
+// and no number is handed out twice.
+package failover
