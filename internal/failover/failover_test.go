@@ -402,8 +402,8 @@ func TestFailover(t *testing.T) {
 	g.mu.Unlock()
 	require.False(t, firstAfter.IsZero(), "no commit was acknowledged within %v of the kill", resumeWait)
 	require.False(t, writableAt.IsZero(), "node%d was never found writable", standby+1)
-	t.Logf("kill -> node%d writable: %v; writable -> first commit: %v; kill -> first commit: %v",
-		standby+1, writableAt.Sub(killedAt).Round(time.Millisecond),
+	t.Logf("kill -> node%d writable: %v; writable (polled every %v) -> first commit: %v; kill -> first commit: %v",
+		standby+1, writableAt.Sub(killedAt).Round(time.Millisecond), pause,
 		firstAfter.Sub(writableAt).Round(time.Millisecond), firstAfter.Sub(killedAt).Round(time.Millisecond))
 
 	// Let the cleanup loop resolve what the workers left, then audit.
