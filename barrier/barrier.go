@@ -253,7 +253,7 @@ func (b *Barrier) WaitFor(ctx context.Context, name string, n int64) error {
 	case <-ready:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("barrier: wait for %s/%d: %w", name, n, context.Cause(ctx))
+		return fmt.Errorf("barrier: wait for %s/%d: %w", store.QuoteInput(name), n, context.Cause(ctx))
 	}
 }
 
@@ -379,7 +379,7 @@ func (b *Barrier) refresh(ctx context.Context, name string, st *stream) error {
 			if ctx.Err() == nil {
 				b.logger.Warn("barrier: snapshot failed", slog.String("stream", name), slog.Any("error", err))
 			}
-			return fmt.Errorf("barrier: snapshot of %s: %w", name, err)
+			return fmt.Errorf("barrier: snapshot of %s: %w", store.QuoteInput(name), err)
 		}
 		if !st.apply(snap, gen, b.limit) {
 			return nil

@@ -140,7 +140,7 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 		for {
 			entries, err := b.src.ReadResolved(ctx, stream, after, page)
 			if err != nil && !errors.Is(err, store.ErrStreamNotFound) {
-				err = fmt.Errorf("barrier: read %s: %w", stream, err)
+				err = fmt.Errorf("barrier: read %s: %w", store.QuoteInput(stream), err)
 				if r.retry(ctx, after, err) {
 					continue
 				}
@@ -168,7 +168,7 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 			r.save(ctx) // caught up: the lag shows 0 while it waits
 			// Everything up to the watermark was read: wait for after+1.
 			if err := b.WaitFor(ctx, stream, after+2); err != nil {
-				yield(store.Entry{}, fmt.Errorf("barrier: follow %s: %w", stream, cause(ctx, err)))
+				yield(store.Entry{}, fmt.Errorf("barrier: follow %s: %w", store.QuoteInput(stream), cause(ctx, err)))
 				return
 			}
 		}
@@ -179,21 +179,21 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 func checkReadOpts(stream string, opts *ReadOpts) error {
 	switch {
 	case opts.After < 0:
-		return fmt.Errorf("barrier: read %s: %w: after %d", stream, store.ErrInvalidNumber, opts.After)
+		return fmt.Errorf("barrier: read %s: %w: after %d", store.QuoteInput(stream), store.ErrInvalidNumber, opts.After)
 	case opts.PageSize < 0 || opts.PageSize > store.MaxListLimit:
 		return fmt.Errorf("barrier: read %s: %w: page size %d, must be 0..%d",
-			stream, store.ErrInvalidCount, opts.PageSize, store.MaxListLimit)
+			store.QuoteInput(stream), store.ErrInvalidCount, opts.PageSize, store.MaxListLimit)
 	case opts.SaveEvery < 0:
-		return fmt.Errorf("barrier: read %s: %w: save every %d", stream, store.ErrInvalidCount, opts.SaveEvery)
+		return fmt.Errorf("barrier: read %s: %w: save every %d", store.QuoteInput(stream), store.ErrInvalidCount, opts.SaveEvery)
 	case opts.SaveEvery > 0 && opts.Reader == "":
-		return fmt.Errorf("barrier: read %s: %w", stream, ErrSaveWithoutReader)
+		return fmt.Errorf("barrier: read %s: %w", store.QuoteInput(stream), ErrSaveWithoutReader)
 	case opts.Reader == "":
 		return nil
 	case opts.After != 0:
-		return fmt.Errorf("barrier: read %s: %w (after %d, reader %q)", stream, ErrAfterWithReader, opts.After, opts.Reader)
+		return fmt.Errorf("barrier: read %s: %w (after %d, reader %s)", store.QuoteInput(stream), ErrAfterWithReader, opts.After, store.QuoteInput(opts.Reader))
 	}
 	if err := store.ValidateReader(opts.Reader); err != nil {
-		return fmt.Errorf("barrier: read %s: %w", stream, err)
+		return fmt.Errorf("barrier: read %s: %w", store.QuoteInput(stream), err)
 	}
 	return nil
 }
@@ -254,11 +254,11 @@ func (r *reader) start(ctx context.Context) (int64, error) {
 	}
 	cp, ok := r.b.src.(Checkpoints)
 	if !ok {
-		return 0, fmt.Errorf("barrier: read %s as %q: %w", r.stream, r.opts.Reader, ErrNoCheckpoints)
+		return 0, fmt.Errorf("barrier: read %s as %s: %w", store.QuoteInput(r.stream), store.QuoteInput(r.opts.Reader), ErrNoCheckpoints)
 	}
 	if r.opts.SaveEvery > 0 {
 		if r.saver, ok = r.b.src.(CheckpointSaver); !ok {
-			return 0, fmt.Errorf("barrier: read %s as %q: %w (SaveEvery)", r.stream, r.opts.Reader, ErrNoCheckpoints)
+			return 0, fmt.Errorf("barrier: read %s as %s: %w (SaveEvery)", store.QuoteInput(r.stream), store.QuoteInput(r.opts.Reader), ErrNoCheckpoints)
 		}
 	}
 	for {
@@ -267,7 +267,7 @@ func (r *reader) start(ctx context.Context) (int64, error) {
 			r.ok()
 			return pos, nil
 		}
-		err = fmt.Errorf("barrier: read %s: checkpoint of %q: %w", r.stream, r.opts.Reader, err)
+		err = fmt.Errorf("barrier: read %s: checkpoint of %s: %w", store.QuoteInput(r.stream), store.QuoteInput(r.opts.Reader), err)
 		if !r.retry(ctx, 0, err) {
 			return 0, r.final(ctx, err)
 		}
@@ -312,7 +312,7 @@ func (r *reader) ok() {
 // err, or the context's cause, said once, when ctx ended.
 func (r *reader) final(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("barrier: read %s: %w", r.stream, context.Cause(ctx))
+		return fmt.Errorf("barrier: read %s: %w", store.QuoteInput(r.stream), context.Cause(ctx))
 	}
 	return err
 }

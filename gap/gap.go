@@ -72,7 +72,7 @@ type Gap struct {
 // (committed with FilledAt set). Any other entry is ErrNotGap.
 func FromEntry(e store.Entry) (Gap, error) {
 	if e.State != store.Gap && e.FilledAt.IsZero() {
-		return Gap{}, fmt.Errorf("%w: %s/%d is %s", ErrNotGap, e.Stream, e.Number, e.State)
+		return Gap{}, fmt.Errorf("%w: %s/%d is %s", ErrNotGap, store.QuoteInput(e.Stream), e.Number, e.State)
 	}
 	return Gap{
 		Stream:         e.Stream,
@@ -162,7 +162,7 @@ func (x *Gaps) entry(ctx context.Context, stream string, number int64) (store.En
 func (x *Gaps) Get(ctx context.Context, stream string, number int64) (Gap, error) {
 	e, err := x.entry(ctx, stream, number)
 	if err != nil {
-		return Gap{}, fmt.Errorf("gap: get %s/%d: %w", stream, number, err)
+		return Gap{}, fmt.Errorf("gap: get %s/%d: %w", store.QuoteInput(stream), number, err)
 	}
 	g, err := FromEntry(e)
 	if err != nil {
@@ -177,7 +177,7 @@ func (x *Gaps) Get(ctx context.Context, stream string, number int64) (Gap, error
 func (x *Gaps) IsGap(ctx context.Context, stream string, number int64) (bool, error) {
 	e, err := x.entry(ctx, stream, number)
 	if err != nil {
-		return false, fmt.Errorf("gap: is gap %s/%d: %w", stream, number, err)
+		return false, fmt.Errorf("gap: is gap %s/%d: %w", store.QuoteInput(stream), number, err)
 	}
 	return e.State == store.Gap, nil
 }
@@ -205,13 +205,13 @@ func (x *Gaps) List(ctx context.Context, stream string, opts *ListOpts) ([]Gap, 
 		After: opts.After, Limit: opts.Limit, Reason: opts.Reason, IncludeFilled: opts.IncludeFilled,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gap: list %s: %w", stream, err)
+		return nil, fmt.Errorf("gap: list %s: %w", store.QuoteInput(stream), err)
 	}
 	out := make([]Gap, 0, len(es))
 	for _, e := range es {
 		g, err := FromEntry(e)
 		if err != nil {
-			return nil, fmt.Errorf("gap: list %s: backend returned a non-gap: %w", stream, err)
+			return nil, fmt.Errorf("gap: list %s: backend returned a non-gap: %w", store.QuoteInput(stream), err)
 		}
 		out = append(out, g)
 	}
@@ -223,7 +223,7 @@ func (x *Gaps) List(ctx context.Context, stream string, opts *ListOpts) ([]Gap, 
 func (x *Gaps) Count(ctx context.Context, stream string) (int64, error) {
 	n, err := x.store.CountGaps(ctx, stream)
 	if err != nil {
-		return 0, fmt.Errorf("gap: count %s: %w", stream, err)
+		return 0, fmt.Errorf("gap: count %s: %w", store.QuoteInput(stream), err)
 	}
 	return n, nil
 }
@@ -252,40 +252,40 @@ type FillOpts struct {
 // Get tells whether the fill took effect (FilledBy, FilledAt).
 func (x *Gaps) Fill(ctx context.Context, stream string, number int64, payload []byte, opts *FillOpts) error {
 	if opts == nil || opts.Policy == nil {
-		return fmt.Errorf("gap: fill %s/%d: %w", stream, number, ErrNoPolicy)
+		return fmt.Errorf("gap: fill %s/%d: %w", store.QuoteInput(stream), number, ErrNoPolicy)
 	}
 	p := &store.FillParams{Payload: payload, FilledBy: opts.FilledBy}
 	if err := store.ValidateFill(stream, number, p); err != nil {
-		return fmt.Errorf("gap: fill %s/%d: %w", stream, number, err)
+		return fmt.Errorf("gap: fill %s/%d: %w", store.QuoteInput(stream), number, err)
 	}
 	if len(payload) > x.maxPayload {
 		return fmt.Errorf("gap: fill %s/%d: %w: %d bytes, limit %d",
-			stream, number, store.ErrPayloadTooLarge, len(payload), x.maxPayload)
+			store.QuoteInput(stream), number, store.ErrPayloadTooLarge, len(payload), x.maxPayload)
 	}
 	e, err := x.entry(ctx, stream, number)
 	if err != nil {
-		return fmt.Errorf("gap: fill %s/%d: %w", stream, number, err)
+		return fmt.Errorf("gap: fill %s/%d: %w", store.QuoteInput(stream), number, err)
 	}
 	g, err := FromEntry(e)
 	switch {
 	case err != nil:
 		return fmt.Errorf("gap: fill: %w", err)
 	case g.Filled():
-		return fmt.Errorf("gap: fill %s/%d: %w: filled by %q", stream, number, ErrNotGap, g.FilledBy)
+		return fmt.Errorf("gap: fill %s/%d: %w: filled by %s", store.QuoteInput(stream), number, ErrNotGap, store.QuoteInput(g.FilledBy))
 	case g.RecoveredAs != 0:
-		return fmt.Errorf("gap: fill %s/%d: %w (as %d)", stream, number, ErrRecovered, g.RecoveredAs)
+		return fmt.Errorf("gap: fill %s/%d: %w (as %d)", store.QuoteInput(stream), number, ErrRecovered, g.RecoveredAs)
 	}
 	ok, err := opts.Policy.CanBeFilled(ctx, g)
 	switch {
 	case err != nil:
-		return fmt.Errorf("gap: fill %s/%d: policy: %w", stream, number, err)
+		return fmt.Errorf("gap: fill %s/%d: policy: %w", store.QuoteInput(stream), number, err)
 	case !ok:
-		return fmt.Errorf("gap: fill %s/%d: %w", stream, number, ErrFillRefused)
+		return fmt.Errorf("gap: fill %s/%d: %w", store.QuoteInput(stream), number, ErrFillRefused)
 	}
 	// RecoveredAs never changes once a gap exists, so the check above
 	// still holds; the store's conditional write settles races between fills.
 	if err := x.store.FillGap(ctx, stream, number, p); err != nil {
-		return fmt.Errorf("gap: %s/%d: %w", stream, number, err)
+		return fmt.Errorf("gap: %s/%d: %w", store.QuoteInput(stream), number, err)
 	}
 	if x.observer != nil {
 		x.observer.Filled(ctx, g)

@@ -136,7 +136,7 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 			m.testHooks.late(name, g.Fence)
 		}
 		free()
-		return nil, fmt.Errorf("%w: %s: %w (TTL %v)", ErrExpired, quote(name), errLateGrant, ttl)
+		return nil, fmt.Errorf("%w: %s: %w (TTL %v)", ErrExpired, store.QuoteInput(name), errLateGrant, ttl)
 	}
 	if opts.KeepAlive {
 		if err := l.KeepAlive(); err != nil {
@@ -188,12 +188,12 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 		opts = &AcquireOpts{}
 	}
 	if err := m.checkOpts(name, opts); err != nil {
-		return nil, fmt.Errorf("lease: try acquire %s: %w", quote(name), err)
+		return nil, fmt.Errorf("lease: try acquire %s: %w", store.QuoteInput(name), err)
 	}
 	l, err := m.attempt(ctx, name, opts, 0)
 	m.observeAcquire(ctx, opts, err)
 	if err != nil {
-		return nil, fmt.Errorf("lease: try acquire %s: %w", quote(name), err)
+		return nil, fmt.Errorf("lease: try acquire %s: %w", store.QuoteInput(name), err)
 	}
 	return l, nil
 }
@@ -215,7 +215,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 		opts = &AcquireOpts{}
 	}
 	if err := m.checkOpts(name, opts); err != nil {
-		return nil, fmt.Errorf("lease: acquire %s: %w", quote(name), err)
+		return nil, fmt.Errorf("lease: acquire %s: %w", store.QuoteInput(name), err)
 	}
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -225,7 +225,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 	l, err := m.acquire(ctx, name, opts)
 	m.observeAcquire(ctx, opts, err)
 	if err != nil {
-		return nil, fmt.Errorf("lease: acquire %s: %w", quote(name), timeoutError(ctx, opts.Timeout, err))
+		return nil, fmt.Errorf("lease: acquire %s: %w", store.QuoteInput(name), timeoutError(ctx, opts.Timeout, err))
 	}
 	return l, nil
 }
@@ -406,10 +406,10 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 	}
 	for i, name := range sorted {
 		if err := m.checkOpts(name, opts); err != nil {
-			return nil, fmt.Errorf("lease: acquire all: %s: %w", quote(name), err)
+			return nil, fmt.Errorf("lease: acquire all: %s: %w", store.QuoteInput(name), err)
 		}
 		if i > 0 && name == sorted[i-1] {
-			return nil, fmt.Errorf("lease: acquire all: %w: %s twice", store.ErrInvalidLeaseName, quote(name))
+			return nil, fmt.Errorf("lease: acquire all: %w: %s twice", store.ErrInvalidLeaseName, store.QuoteInput(name))
 		}
 	}
 	if opts.Timeout > 0 && wait {
@@ -426,7 +426,7 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 				m.logger.Warn("lease: rollback of acquire all: release failed; the lease will expire", slog.String("name", got.name), slog.Any("error", rerr))
 			}
 		}
-		return nil, fmt.Errorf("lease: acquire all: %s: %w", quote(name), err)
+		return nil, fmt.Errorf("lease: acquire all: %s: %w", store.QuoteInput(name), err)
 	}
 	for i, name := range sorted {
 		var l *Lease
@@ -476,7 +476,7 @@ func (m *Manager) acquireNext(ctx context.Context, name string, opts *AcquireOpt
 	for _, g := range got {
 		gctx := g.Context()
 		stop := context.AfterFunc(gctx, func() {
-			cancel(fmt.Errorf("%s ended while %s was awaited: %w", quote(g.name), quote(name), context.Cause(gctx)))
+			cancel(fmt.Errorf("%s ended while %s was awaited: %w", store.QuoteInput(g.name), store.QuoteInput(name), context.Cause(gctx)))
 		})
 		defer stop()
 	}

@@ -176,10 +176,10 @@ func (l *Lease) onDeadline() {
 		if err == nil {
 			err = errors.New("no renewal succeeded in time")
 		}
-		l.endLocked(fmt.Errorf("%w: %q could not be renewed before its local deadline: %w", ErrLost, l.name, err))
+		l.endLocked(fmt.Errorf("%w: %s could not be renewed before its local deadline: %w", ErrLost, store.QuoteInput(l.name), err))
 		return
 	}
-	l.endLocked(fmt.Errorf("%w: %q reached its local deadline", ErrExpired, l.name))
+	l.endLocked(fmt.Errorf("%w: %s reached its local deadline", ErrExpired, store.QuoteInput(l.name)))
 }
 
 // end ends the lease with cause, if it is not over yet.
@@ -252,7 +252,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	defer func() { <-l.renewing }()
 	if err := l.Err(); err != nil {
-		return fmt.Errorf("lease: renew %s: %w", quote(l.name), err)
+		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), err)
 	}
 	l.mu.Lock()
 	ttl := l.ttl
@@ -260,7 +260,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Unlock()
 	if left <= 0 {
 		l.onDeadline() // passed, its timer not yet fired
-		return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.Err())
+		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), l.Err())
 	}
 	rctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
@@ -275,7 +275,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if l.cause != nil {
 		// Over locally in the meantime (released, or the deadline passed
 		// while the renewal was in flight): stay over.
-		return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.cause)
+		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), l.cause)
 	}
 	if err != nil {
 		err = fmt.Errorf("lease: %w", err)
@@ -314,9 +314,9 @@ func (l *Lease) takeTurn(ctx context.Context) error {
 	case l.renewing <- struct{}{}:
 		return nil
 	case <-l.over:
-		return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.Err())
+		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), l.Err())
 	case <-ctx.Done():
-		return fmt.Errorf("lease: renew %s: %w", quote(l.name), ctx.Err())
+		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), ctx.Err())
 	}
 }
 
@@ -361,22 +361,22 @@ func (l *Lease) Release(ctx context.Context) error {
 		select {
 		case l.releasing <- struct{}{}:
 		case <-ctx.Done():
-			return fmt.Errorf("lease: release %s: %w", quote(l.name), ctx.Err())
+			return fmt.Errorf("lease: release %s: %w", store.QuoteInput(l.name), ctx.Err())
 		}
 	}
 	defer func() { <-l.releasing }()
 	l.stopKeepAlive()
 	l.mu.Lock()
 	again, inDB := l.released, l.releasedDB
-	l.endLocked(fmt.Errorf("%w: %q by its holder", ErrReleased, l.name)) // the first cause wins
+	l.endLocked(fmt.Errorf("%w: %s by its holder", ErrReleased, store.QuoteInput(l.name))) // the first cause wins
 	l.mu.Unlock()
 	if again {
-		return fmt.Errorf("lease: release %s: %w", quote(l.name), ErrReleased)
+		return fmt.Errorf("lease: release %s: %w", store.QuoteInput(l.name), ErrReleased)
 	}
 	if !inDB { // else the keep-alive released it when it gave it up
 		err := l.m.releaseLease(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
 		if err != nil && !errors.Is(err, ErrReleased) { // ErrReleased: a retry whose first attempt went through
-			return fmt.Errorf("lease: release %s: %w", quote(l.name), err)
+			return fmt.Errorf("lease: release %s: %w", store.QuoteInput(l.name), err)
 		}
 	}
 	l.mu.Lock()
@@ -420,7 +420,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		l.end(fmt.Errorf("%w: %w", cause, err))
 	}
 	if err != nil {
-		return fmt.Errorf("lease: check %s: %w", quote(l.name), err)
+		return fmt.Errorf("lease: check %s: %w", store.QuoteInput(l.name), err)
 	}
 	return nil
 }

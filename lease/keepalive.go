@@ -117,7 +117,7 @@ func (l *Lease) TryRenewNow(ctx context.Context) error {
 	if k == nil {
 		return l.Renew(ctx)
 	}
-	over := func() error { return fmt.Errorf("lease: renew %s: %w", quote(l.name), l.Err()) }
+	over := func() error { return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), l.Err()) }
 	req := renewRequest{ctx: ctx, reply: make(chan error, 1)}
 	select {
 	case k.requests <- req:
@@ -199,7 +199,7 @@ func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
 			return // stopped by Release or Close
 		}
 		if errors.Is(err, ErrMaxRenewals) {
-			l.end(fmt.Errorf("%w: %q reached its maximum of %d renewals", ErrMaxRenewals, l.name, l.maxRenewals))
+			l.end(fmt.Errorf("%w: %s reached its maximum of %d renewals", ErrMaxRenewals, store.QuoteInput(l.name), l.maxRenewals))
 		}
 		if l.Err() == nil && l.Remaining() <= 0 {
 			// The renewals ran out of time at the local deadline, just

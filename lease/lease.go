@@ -525,15 +525,3 @@ func (s sink) Reset() {
 func (m *Manager) queryContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, m.queryTimeout)
 }
-
-// maxQuoted is how much of a name or owner an error message repeats: a
-// hostile input of a megabyte must not become a megabyte of log.
-const maxQuoted = 64
-
-// quote returns s quoted for an error message, cut to maxQuoted bytes.
-func quote(s string) string {
-	if len(s) <= maxQuoted {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(s[:maxQuoted]) + fmt.Sprintf("... (%d bytes)", len(s))
-}

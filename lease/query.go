@@ -21,7 +21,7 @@ type HistoryEvent = store.LeaseEvent
 func (m *Manager) Get(ctx context.Context, name string) (Info, error) {
 	l, err := m.store.GetLease(ctx, name, nil)
 	if err != nil {
-		return Info{}, fmt.Errorf("lease: get %s: %w", quote(name), err)
+		return Info{}, fmt.Errorf("lease: get %s: %w", store.QuoteInput(name), err)
 	}
 	return l, nil
 }
@@ -40,7 +40,7 @@ func (m *Manager) HeldBy(ctx context.Context, name string) (owner string, held b
 	case errors.Is(err, ErrLeaseNotFound):
 		return "", false, nil
 	case err != nil:
-		return "", false, fmt.Errorf("lease: held by %s: %w", quote(name), err)
+		return "", false, fmt.Errorf("lease: held by %s: %w", store.QuoteInput(name), err)
 	case !l.Held():
 		return "", false, nil
 	}
@@ -57,7 +57,7 @@ func (m *Manager) ListByOwner(ctx context.Context, owner string) ([]Info, error)
 	}
 	ls, err := m.listAll(ctx, &store.ListLeasesParams{Owner: owner})
 	if err != nil {
-		return nil, fmt.Errorf("lease: list by owner %s: %w", quote(owner), err)
+		return nil, fmt.Errorf("lease: list by owner %s: %w", store.QuoteInput(owner), err)
 	}
 	return ls, nil
 }
@@ -101,7 +101,7 @@ func (m *Manager) listAll(ctx context.Context, p *store.ListLeasesParams) ([]Inf
 func (m *Manager) History(ctx context.Context, name string, afterID int64, limit int) ([]HistoryEvent, error) {
 	es, err := m.store.LeaseHistory(ctx, name, &store.LeaseHistoryParams{AfterID: afterID, Limit: limit})
 	if err != nil {
-		return nil, fmt.Errorf("lease: history %s: %w", quote(name), err)
+		return nil, fmt.Errorf("lease: history %s: %w", store.QuoteInput(name), err)
 	}
 	return es, nil
 }
@@ -113,14 +113,14 @@ func (m *Manager) History(ctx context.Context, name string, afterID int64, limit
 func (m *Manager) ForceRelease(ctx context.Context, owner string) ([]Info, error) {
 	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.noHistory})
 	if err != nil {
-		return nil, fmt.Errorf("lease: force release %s: %w", quote(owner), err)
+		return nil, fmt.Errorf("lease: force release %s: %w", store.QuoteInput(owner), err)
 	}
 	for _, info := range ls {
 		m.qmu.Lock()
 		l := m.held[info.Name]
 		m.qmu.Unlock()
 		if l != nil && l.fence == info.Fence && l.owner == info.Owner {
-			l.end(fmt.Errorf("%w: %q", ErrForceReleased, l.name))
+			l.end(fmt.Errorf("%w: %s", ErrForceReleased, store.QuoteInput(l.name)))
 		}
 		m.wakeHead(info.Name)
 	}

@@ -216,7 +216,7 @@ func (l *Leaser) Append(ctx context.Context, stream string, opts *AppendOpts, pa
 	reqs := make([]store.AppendRequest, len(payloads))
 	for i, p := range payloads {
 		if len(p) > l.maxPayload {
-			return nil, fmt.Errorf("sequence: append %s: %w: payload %d is %d bytes, limit %d", stream, ErrPayloadTooLarge, i, len(p), l.maxPayload)
+			return nil, fmt.Errorf("sequence: append %s: %w: payload %d is %d bytes, limit %d", store.QuoteInput(stream), ErrPayloadTooLarge, i, len(p), l.maxPayload)
 		}
 		reqs[i] = store.AppendRequest{OperationID: opts.OperationID, Kind: opts.Kind, Payload: p}
 	}

@@ -75,9 +75,9 @@ type CheckpointError struct {
 // Error implements error.
 func (e *CheckpointError) Error() string {
 	if errors.Is(e.Err, ErrCheckpointAhead) {
-		return fmt.Sprintf("%v: reader %q, stream %q: asked %d, watermark %d", e.Err, e.Reader, e.Stream, e.Asked, e.Watermark)
+		return fmt.Sprintf("%v: reader %s, stream %s: asked %d, watermark %d", e.Err, QuoteInput(e.Reader), QuoteInput(e.Stream), e.Asked, e.Watermark)
 	}
-	return fmt.Sprintf("%v: reader %q, stream %q: at %d, asked %d", e.Err, e.Reader, e.Stream, e.Current, e.Asked)
+	return fmt.Sprintf("%v: reader %s, stream %s: at %d, asked %d", e.Err, QuoteInput(e.Reader), QuoteInput(e.Stream), e.Current, e.Asked)
 }
 
 // Unwrap returns Err, so that errors.Is matches the sentinel.

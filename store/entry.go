@@ -53,10 +53,10 @@ func ParseToken(s string) (Token, error) {
 		clean = append(clean, s[i])
 	}
 	if len(clean) != 32 {
-		return Token{}, fmt.Errorf("%w: %q", ErrInvalidToken, s)
+		return Token{}, fmt.Errorf("%w: %s", ErrInvalidToken, QuoteInput(s))
 	}
 	if _, err := hex.Decode(t[:], clean); err != nil {
-		return Token{}, fmt.Errorf("%w: %q", ErrInvalidToken, s)
+		return Token{}, fmt.Errorf("%w: %s", ErrInvalidToken, QuoteInput(s))
 	}
 	if t.IsZero() {
 		return Token{}, fmt.Errorf("%w: zero token", ErrInvalidToken)

@@ -103,7 +103,7 @@ type TrimmedError struct {
 
 // Error implements error.
 func (e *TrimmedError) Error() string {
-	return fmt.Sprintf("%v: stream %q keeps numbers from %d on", ErrTrimmed, e.Stream, e.LowPoint)
+	return fmt.Sprintf("%v: stream %s keeps numbers from %d on", ErrTrimmed, QuoteInput(e.Stream), e.LowPoint)
 }
 
 // Is makes a *TrimmedError match ErrTrimmed.

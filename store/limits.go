@@ -165,7 +165,7 @@ func ExpiryReason(stream string, number int64, p *ResolveExpiredParams) (string,
 	case "":
 		return ReasonExpired, nil
 	case ReasonReleased:
-		return "", fmt.Errorf("%w: reason %q is reserved for the holder's Release", ErrInvalidText, p.Reason)
+		return "", fmt.Errorf("%w: reason %s is reserved for the holder's Release", ErrInvalidText, QuoteInput(p.Reason))
 	}
 	if err := ValidateText("reason", p.Reason); err != nil {
 		return "", err

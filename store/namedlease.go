@@ -268,7 +268,7 @@ type HeldError struct {
 
 // Error implements error.
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("%v: %q by %q (fence %d) until %s", ErrHeld, e.Name, e.Owner, e.Fence,
+	return fmt.Sprintf("%v: %s by %s (fence %d) until %s", ErrHeld, QuoteInput(e.Name), QuoteInput(e.Owner), e.Fence,
 		e.ExpiresAt.UTC().Format(time.RFC3339Nano))
 }
 
@@ -293,7 +293,7 @@ type FenceError struct {
 
 // Error implements error.
 func (e *FenceError) Error() string {
-	return fmt.Sprintf("%v: %q fence %d: %s (current fence %d)", ErrStaleFence, e.Name, e.Fence, e.Reason, e.Current)
+	return fmt.Sprintf("%v: %s fence %d: %s (current fence %d)", ErrStaleFence, QuoteInput(e.Name), e.Fence, e.Reason, e.Current)
 }
 
 // Is makes a *FenceError match ErrStaleFence.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -136,6 +137,7 @@ type fixture struct {
 	leaser  *sequence.Leaser
 	gaps    *gap.Gaps
 	manager *lease.Manager
+	barrier *barrier.Barrier
 }
 
 // limit is the payload limit of the fixture's Leaser and Gaps.
@@ -172,9 +174,11 @@ func newFixture(t *testing.T, s Store) *fixture {
 	m, err := lease.New(s, &lease.Config{Owner: "manager", CleanupInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
+	b, err := barrier.New(s, nil)
+	require.NoError(t, err)
 	at, err = s.Now(ctx) // after every holding began, so listings pinned here see them
 	require.NoError(t, err)
-	return &fixture{s: s, at: at, live: es[1], expired: old[0], gap: 4, leader: leader, handle: h, leaser: leaser, gaps: gaps, manager: m}
+	return &fixture{s: s, at: at, live: es[1], expired: old[0], gap: 4, leader: leader, handle: h, leaser: leaser, gaps: gaps, manager: m, barrier: b}
 }
 
 // hostile is one call with one hostile argument.
@@ -188,7 +192,8 @@ type hostile struct {
 var (
 	kb10      = strings.Repeat("x", 10<<10)
 	mb1       = strings.Repeat("x", 1<<20)
-	badTexts  = map[string]string{"NUL byte": "a\x00b", "10 KB": kb10, "1 MB": mb1, "invalid UTF-8": "\xff\xfe", "overlong UTF-8 '/'": "\xc0\xaf", "UTF-16 surrogate": "\xed\xa0\x80", "newline": "a\nb", "C1 control": "a\u0085b"}
+	mb10      = strings.Repeat("\x1b", 10<<20)
+	badTexts  = map[string]string{"NUL byte": "a\x00b", "10 KB": kb10, "1 MB": mb1, "10 MB of ESC": mb10, "escape codes": "a\n\x1b[31m", "invalid UTF-8": "\xff\xfe", "overlong UTF-8 '/'": "\xc0\xaf", "UTF-16 surrogate": "\xed\xa0\x80", "newline": "a\nb", "C1 control": "a\u0085b"}
 	badNames  = map[string]string{"empty": "", "201 bytes": strings.Repeat("n", store.MaxNameLen+1)}
 	badTTLs   = map[string]time.Duration{"zero": 0, "-1ns": -1, "MinInt64": math.MinInt64, "MaxInt64": math.MaxInt64, "999ns": 999, "MaxTTL+1µs": store.MaxTTL + time.Microsecond}
 	sqlNames  = []string{`x'); DROP TABLE entries; --`, `x"; DROP SCHEMA public CASCADE; --`, `'; SELECT pg_sleep(10); --`, `\'; --`, "$1", "%s%n", "a;b", "Robert'); DROP TABLE leases;--"}
@@ -280,6 +285,35 @@ func cases() []hostile {
 		})
 		add("GetLease: name "+desc, store.ErrInvalidLeaseName, func(ctx context.Context, f *fixture) error {
 			_, err := f.s.GetLease(ctx, n, nil)
+			return err
+		})
+		add("gap Count: stream "+desc, store.ErrInvalidStream, func(ctx context.Context, f *fixture) error {
+			_, err := f.gaps.Count(ctx, n)
+			return err
+		})
+		add("gap Fill: stream "+desc, store.ErrInvalidStream, func(ctx context.Context, f *fixture) error {
+			return f.gaps.Fill(ctx, n, 4, []byte("x"), &gap.FillOpts{FilledBy: "op", Policy: gap.FillReasons(store.ReasonReleased)})
+		})
+		add("barrier Entries: stream "+desc, store.ErrInvalidStream, func(ctx context.Context, f *fixture) error {
+			for _, err := range f.barrier.Entries(ctx, n, nil) {
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if n != "" { // an empty reader means none
+			add("barrier Entries: reader "+desc, store.ErrInvalidReader, func(ctx context.Context, f *fixture) error {
+				for _, err := range f.barrier.Entries(ctx, "orders", &barrier.ReadOpts{Reader: n}) {
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		add("lease Acquire: name "+desc, store.ErrInvalidLeaseName, func(ctx context.Context, f *fixture) error {
+			_, err := f.manager.Acquire(ctx, n, nil)
 			return err
 		})
 		add("lease TryAcquire: name "+desc, store.ErrInvalidLeaseName, func(ctx context.Context, f *fixture) error {
@@ -507,11 +541,25 @@ func TestHostileInputsChangeNothing(t *testing.T) {
 					require.Error(t, err)
 					require.ErrorIs(t, err, store.ErrInvalidArgument)
 					require.ErrorIs(t, err, c.want)
+					requireShortText(t, err)
 					require.Equal(t, before, b.state(t, f.at), "the refused call changed something")
 				})
 			}
 			require.NoError(t, f.handle.Err(), "the refused calls ended the handle")
 		})
+	}
+}
+
+// requireShortText checks that err's text is fit for a log line whatever
+// input caused it: short, valid UTF-8, no control character (a newline or
+// an escape code of the input shows escaped).
+func requireShortText(t *testing.T, err error) {
+	t.Helper()
+	msg := err.Error()
+	require.Less(t, len(msg), 300, "error text %.300q...", msg)
+	require.True(t, utf8.ValidString(msg), "error text %q", msg)
+	for _, r := range msg {
+		require.False(t, unicode.IsControl(r), "error text %q has control character %U", msg, r)
 	}
 }
 
@@ -614,12 +662,16 @@ func TestHostileSchemaNames(t *testing.T) {
 	require.True(t, schemaExists("public"))
 	for _, name := range []string{`x"; DROP SCHEMA public CASCADE; --`, `public"; DROP TABLE x; --`, "pg_catalog", "pg_toast",
 		"pg_temp", "information_schema", strings.Repeat("s", 64), strings.Repeat("é", 20), "schéma", "Seqlease", "a.b",
-		"public.x", "a;b", "a b", "a-b", "1abc", "a\x00b", "\xff", "\"quoted\"", "$1", kb10} {
+		"public.x", "a;b", "a b", "a-b", "1abc", "a\x00b", "\xff", "\"quoted\"", "$1", kb10, mb10, "a\n\x1b[31m"} {
 		_, err := postgres.New(pool, &postgres.Config{Schema: name})
 		require.ErrorIs(t, err, migrations.ErrInvalidSchema, "%q", name)
+		require.ErrorIs(t, err, store.ErrInvalidArgument, "%q", name)
 		require.ErrorContains(t, err, "Config.Schema")
+		requireShortText(t, err)
 		m, err := migrations.New(&migrations.Config{Schema: name})
 		require.ErrorIs(t, err, migrations.ErrInvalidSchema, "%q", name)
+		require.ErrorIs(t, err, store.ErrInvalidArgument, "%q", name)
+		requireShortText(t, err)
 		require.Nil(t, m)
 		if utf8.ValidString(name) && !strings.ContainsRune(name, 0) && len(name) < 64 {
 			require.False(t, schemaExists(name) && !strings.HasPrefix(name, "pg_") && name != "information_schema", "%q exists", name)

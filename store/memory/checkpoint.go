@@ -96,7 +96,7 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, reader, stream string) err
 	s.ckpt.mu.Lock()
 	defer s.ckpt.mu.Unlock()
 	if _, ok := s.ckpt.byID[key]; !ok {
-		return fmt.Errorf("delete checkpoint: %w: reader %q, stream %q", store.ErrCheckpointNotFound, reader, stream)
+		return fmt.Errorf("delete checkpoint: %w: reader %s, stream %s", store.ErrCheckpointNotFound, store.QuoteInput(reader), store.QuoteInput(stream))
 	}
 	delete(s.ckpt.byID, key)
 	return nil

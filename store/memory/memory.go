@@ -85,7 +85,7 @@ func (s *Store) stream(name string) (*stream, error) {
 	if st := s.lookup(name); st != nil {
 		return st, nil
 	}
-	return nil, fmt.Errorf("%w: %q", store.ErrStreamNotFound, name)
+	return nil, fmt.Errorf("%w: %s", store.ErrStreamNotFound, store.QuoteInput(name))
 }
 
 // lookup returns the stream name, nil if it has none. The stream looked up

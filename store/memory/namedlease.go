@@ -231,7 +231,7 @@ func (n *namedLeases) holding(name, owner string, fence int64) (r *nameRow, l *s
 	r, l = n.lookup(name)
 	switch {
 	case l == nil:
-		return nil, nil, false, fmt.Errorf("%w: %w: %q", store.ErrNotHolder, store.ErrLeaseNotFound, name)
+		return nil, nil, false, fmt.Errorf("%w: %w: %s", store.ErrNotHolder, store.ErrLeaseNotFound, store.QuoteInput(name))
 	case fence < l.Fence:
 		err = fmt.Errorf("%w: fence %d was superseded by %d", store.ErrNotHolder, fence, l.Fence)
 		superseded = true
@@ -447,7 +447,7 @@ func (s *Store) GetLease(ctx context.Context, name string, p *store.LeaseOpParam
 	}
 	r, l := s.named.lookup(name)
 	if l == nil {
-		return store.NamedLease{}, fmt.Errorf("get lease: %w: %q", store.ErrLeaseNotFound, name)
+		return store.NamedLease{}, fmt.Errorf("get lease: %w: %s", store.ErrLeaseNotFound, store.QuoteInput(name))
 	}
 	defer r.mu.Unlock()
 	return snapshotLease(l, s.clock(p.Now)), nil

@@ -134,7 +134,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, reader, stream string, posit
 		}
 		// deleted (or deleted and saved lower) between the two statements: again
 	}
-	return fmt.Errorf("save checkpoint: reader %q, stream %q kept changing under concurrent writers", reader, stream)
+	return fmt.Errorf("save checkpoint: reader %s, stream %s kept changing under concurrent writers", store.QuoteInput(reader), store.QuoteInput(stream))
 }
 
 // DeleteCheckpoint removes reader's checkpoint of stream;
@@ -148,7 +148,7 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, reader, stream string) err
 		return interpretError("delete checkpoint", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("delete checkpoint: %w: reader %q, stream %q", store.ErrCheckpointNotFound, reader, stream)
+		return fmt.Errorf("delete checkpoint: %w: reader %s, stream %s", store.ErrCheckpointNotFound, store.QuoteInput(reader), store.QuoteInput(stream))
 	}
 	return nil
 }

@@ -89,7 +89,7 @@ func (s *Store) CountGaps(ctx context.Context, stream string) (int64, error) {
 	err := s.db.QueryRow(ctx, s.q.countGaps, stream).Scan(&n)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, fmt.Errorf("count gaps: %w: %q", store.ErrStreamNotFound, stream)
+		return 0, fmt.Errorf("count gaps: %w: %s", store.ErrStreamNotFound, store.QuoteInput(stream))
 	case err != nil:
 		return 0, interpretError("count gaps", err)
 	}

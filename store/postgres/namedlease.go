@@ -435,7 +435,7 @@ func (s *Store) AcquireLeasesEarly(ctx context.Context, reqs []store.AcquireLeas
 		return s.acquireRound(ctx, reqs, round, p, decided, out)
 	}, func(i int, err error) {
 		if err == nil {
-			err = fmt.Errorf("%q kept changing under concurrent writers", reqs[i].Name)
+			err = fmt.Errorf("%s kept changing under concurrent writers", store.QuoteInput(reqs[i].Name))
 		}
 		out[i].Err = interpretError("acquire lease", err)
 	})
@@ -618,7 +618,7 @@ func scanAcquires(rows pgx.Rows, n int, names []string) ([]acquireOutcome, error
 			}
 			var ok bool
 			if j, ok = byName[*name]; !ok {
-				return nil, fmt.Errorf("postgres: acquire returned an unknown name %q", *name)
+				return nil, fmt.Errorf("postgres: acquire returned an unknown name %s", store.QuoteInput(*name))
 			}
 		default:
 			return nil, errors.New("postgres: acquire returned a row without its item")
@@ -677,7 +677,7 @@ func (s *Store) RenewLease(ctx context.Context, name, owner string, fence int64,
 			return store.NamedLease{}, fmt.Errorf("renew lease: %w: %d of %d", store.ErrMaxRenewals, cur.Renewals, cur.MaxRenewals)
 		}
 	}
-	return store.NamedLease{}, fmt.Errorf("renew lease: %q kept changing under concurrent writers", name)
+	return store.NamedLease{}, fmt.Errorf("renew lease: %s kept changing under concurrent writers", store.QuoteInput(name))
 }
 
 // refusal explains why (owner, fence) is not the current holding cur, or
@@ -685,7 +685,7 @@ func (s *Store) RenewLease(ctx context.Context, name, owner string, fence int64,
 func refusal(cur store.NamedLease, found bool, owner string, fence int64) error {
 	switch {
 	case !found:
-		return fmt.Errorf("%w: %w: %q", store.ErrNotHolder, store.ErrLeaseNotFound, cur.Name)
+		return fmt.Errorf("%w: %w: %s", store.ErrNotHolder, store.ErrLeaseNotFound, store.QuoteInput(cur.Name))
 	case fence < cur.Fence:
 		return fmt.Errorf("%w: fence %d was superseded by %d", store.ErrNotHolder, fence, cur.Fence)
 	case fence > cur.Fence:
@@ -739,7 +739,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, reqs []store.LeaseHolding, p 
 		return s.releaseRound(ctx, reqs, round, p, out)
 	}, func(i int, err error) {
 		if err == nil {
-			err = fmt.Errorf("%q kept changing under concurrent writers", reqs[i].Name)
+			err = fmt.Errorf("%s kept changing under concurrent writers", store.QuoteInput(reqs[i].Name))
 		}
 		out[i] = interpretError("release lease", err)
 	})
@@ -870,7 +870,7 @@ func (s *Store) GetLease(ctx context.Context, name string, p *store.LeaseOpParam
 	case err != nil:
 		return store.NamedLease{}, interpretError("get lease", err)
 	case !found:
-		return store.NamedLease{}, fmt.Errorf("get lease: %w: %q", store.ErrLeaseNotFound, name)
+		return store.NamedLease{}, fmt.Errorf("get lease: %w: %s", store.ErrLeaseNotFound, store.QuoteInput(name))
 	}
 	return l, nil
 }

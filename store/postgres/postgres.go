@@ -713,7 +713,7 @@ func (s *Store) Stats(ctx context.Context, stream string) (store.StreamStats, er
 	var oldestAt *time.Time
 	err := s.db.QueryRow(ctx, s.q.stats, stream).Scan(&last, &st.Unresolved, &oldest, &oldestAt, &st.LowPoint)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return store.StreamStats{}, fmt.Errorf("stats: %w: %q", store.ErrStreamNotFound, stream)
+		return store.StreamStats{}, fmt.Errorf("stats: %w: %s", store.ErrStreamNotFound, store.QuoteInput(stream))
 	}
 	if err != nil {
 		return store.StreamStats{}, interpretError("stats", err)

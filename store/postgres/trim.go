@@ -59,7 +59,7 @@ func (s *Store) Trim(ctx context.Context, stream string, below int64) (int64, er
 	err := s.db.QueryRow(ctx, s.q.trim, stream, below).Scan(&low)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, fmt.Errorf("trim: %w: %q", store.ErrStreamNotFound, stream)
+		return 0, fmt.Errorf("trim: %w: %s", store.ErrStreamNotFound, store.QuoteInput(stream))
 	case err != nil:
 		return 0, interpretError("trim", err)
 	}
@@ -71,7 +71,7 @@ func (s *Store) lowPoint(ctx context.Context, stream string) (int64, error) {
 	var low int64
 	err := s.db.QueryRow(ctx, s.q.lowPoint, stream).Scan(&low)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("%w: %q", store.ErrStreamNotFound, stream)
+		return 0, fmt.Errorf("%w: %s", store.ErrStreamNotFound, store.QuoteInput(stream))
 	}
 	return low, err
 }

@@ -64,7 +64,7 @@ func (s *Store) ReadResolved(ctx context.Context, stream string, after int64, li
 	err = s.db.QueryRow(ctx, s.q.lowPoint, stream).Scan(&low)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return nil, fmt.Errorf("read resolved: %w: %q", store.ErrStreamNotFound, stream)
+		return nil, fmt.Errorf("read resolved: %w: %s", store.ErrStreamNotFound, store.QuoteInput(stream))
 	case err != nil:
 		return nil, interpretError("read resolved", err)
 	case after < low-1: // not after+1 < low: after may be math.MaxInt64
