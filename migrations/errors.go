@@ -3,11 +3,14 @@ package migrations
 import (
 	"errors"
 	"fmt"
+
+	"github.com/seqlease/seqlease/store"
 )
 
 // ErrInvalidSchema is returned (wrapped) by ValidateSchema and New when a
-// schema name is not a plain lower-case PostgreSQL identifier.
-var ErrInvalidSchema = errors.New("migrations: invalid schema name")
+// schema name is not a plain lower-case PostgreSQL identifier. It also
+// matches store.ErrInvalidArgument.
+var ErrInvalidSchema error = &invalidError{msg: "migrations: invalid schema name"}
 
 // ErrChecksumMismatch is matched by a *ChecksumError: a migration recorded
 // as applied was applied from SQL that differs from the SQL embedded in this
@@ -15,7 +18,18 @@ var ErrInvalidSchema = errors.New("migrations: invalid schema name")
 var ErrChecksumMismatch = errors.New("migrations: checksum mismatch")
 
 // ErrInvalidSteps is returned (wrapped) by Down when steps is not positive.
-var ErrInvalidSteps = errors.New("migrations: invalid steps")
+// It also matches store.ErrInvalidArgument.
+var ErrInvalidSteps error = &invalidError{msg: "migrations: invalid steps"}
+
+// invalidError is a bad-argument sentinel: it matches itself and
+// store.ErrInvalidArgument, so callers can treat every seqlease input error
+// alike.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+
+// Is makes the sentinel match store.ErrInvalidArgument.
+func (e *invalidError) Is(target error) bool { return target == store.ErrInvalidArgument }
 
 // ErrUnknownVersion is matched by an *UnknownVersionError: Down was asked to
 // roll back a version that this binary does not know, so it has no down SQL

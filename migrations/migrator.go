@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/seqlease/seqlease/store"
 )
 
 // DefaultSchema is the schema the migrator uses when Config.Schema is empty.
@@ -34,7 +36,8 @@ var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // ValidateSchema reports whether name can be used as the seqlease schema. It
 // accepts only plain lower-case identifiers (^[a-z_][a-z0-9_]*$, at most 63
 // bytes) that PostgreSQL does not reserve: no "pg_" prefix, not
-// information_schema. The error wraps ErrInvalidSchema.
+// information_schema. The error wraps ErrInvalidSchema and matches
+// store.ErrInvalidArgument.
 //
 // Validation is a second line of defense: the name is still quoted with
 // pgx.Identifier wherever it appears in SQL.
@@ -45,11 +48,11 @@ func ValidateSchema(name string) error {
 	case len(name) > maxIdentifierLen:
 		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidSchema, len(name), maxIdentifierLen)
 	case !schemaRE.MatchString(name):
-		return fmt.Errorf("%w: %q does not match %s", ErrInvalidSchema, name, schemaRE)
+		return fmt.Errorf("%w: %s does not match %s", ErrInvalidSchema, store.QuoteInput(name), schemaRE)
 	case strings.HasPrefix(name, "pg_"):
-		return fmt.Errorf("%w: %q: the pg_ prefix is reserved by PostgreSQL", ErrInvalidSchema, name)
+		return fmt.Errorf("%w: %s: the pg_ prefix is reserved by PostgreSQL", ErrInvalidSchema, store.QuoteInput(name))
 	case name == "information_schema":
-		return fmt.Errorf("%w: %q is reserved by PostgreSQL", ErrInvalidSchema, name)
+		return fmt.Errorf("%w: %s is reserved by PostgreSQL", ErrInvalidSchema, store.QuoteInput(name))
 	}
 	return nil
 }

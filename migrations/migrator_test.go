@@ -17,6 +17,7 @@ import (
 
 	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/migrations"
+	"github.com/seqlease/seqlease/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -234,6 +235,7 @@ func TestDownInvalidSteps(t *testing.T) {
 	for _, steps := range []int{0, -1, -1 << 31} {
 		reverted, err := m.Down(b.ctx, b.pool, steps)
 		require.ErrorIs(t, err, migrations.ErrInvalidSteps, "steps %d", steps)
+		require.ErrorIs(t, err, store.ErrInvalidArgument, "steps %d", steps)
 		require.Nil(t, reverted)
 	}
 	require.Equal(t, migVersions(migrations.Migrations()), b.tracked(t))
@@ -418,11 +420,13 @@ func TestInvalidSchemaCreatesNothing(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
 			require.ErrorIs(t, migrations.ValidateSchema(name), migrations.ErrInvalidSchema)
+			require.ErrorIs(t, migrations.ValidateSchema(name), store.ErrInvalidArgument)
 			if name == "" {
 				return // an empty Config.Schema means the default schema
 			}
 			m, err := migrations.New(&migrations.Config{Schema: name})
 			require.ErrorIs(t, err, migrations.ErrInvalidSchema)
+			require.ErrorIs(t, err, store.ErrInvalidArgument)
 			require.Nil(t, m)
 			if !strings.Contains(name, "\x00") { // PostgreSQL text cannot hold NUL
 				require.False(t, schemaExists(t, pool, name))

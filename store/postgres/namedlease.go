@@ -904,7 +904,7 @@ func (s *Store) CheckLeaseFence(ctx context.Context, name string, fence int64, p
 // for it.
 func CheckFence(ctx context.Context, tx pgx.Tx, schema, name string, fence int64) error {
 	if err := migrations.ValidateSchema(schema); err != nil {
-		return fmt.Errorf("check fence: %w: %w", store.ErrInvalidArgument, err)
+		return fmt.Errorf("check fence: %w", err) // matches store.ErrInvalidArgument
 	}
 	return checkFence(ctx, tx, leaseQueriesFor(schema).checkFenceTx, name, fence)
 }

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,9 +114,15 @@ func (s *interruptible) CommitMulti(ctx context.Context, items []store.StreamCom
 
 func TestNewRejectsBadSchema(t *testing.T) {
 	t.Parallel()
-	for _, schema := range []string{`x"; DROP TABLE entries; --`, "Upper", "a b", "pg_catalog", "a\x00b"} {
-		_, err := postgres.New(pgtest.Shared(t, false), &postgres.Config{Schema: schema})
+	for _, schema := range []string{`x"; DROP TABLE entries; --`, "Upper", "a b", "pg_catalog", "a\x00b",
+		"a\n\x1b[31m", strings.Repeat("x", 10<<20)} {
+		s, err := postgres.New(pgtest.Shared(t, false), &postgres.Config{Schema: schema})
+		require.Nil(t, s)
 		require.ErrorIs(t, err, migrations.ErrInvalidSchema, schema)
+		require.ErrorIs(t, err, store.ErrInvalidArgument, schema)
+		require.Less(t, len(err.Error()), 300)
+		require.NotContains(t, err.Error(), "\n")
+		require.NotContains(t, err.Error(), "\x1b")
 	}
 }
 
