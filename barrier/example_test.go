@@ -60,7 +60,7 @@ func ExampleBarrier_Entries() {
 	// apply 2: op 2
 	// apply 3: op 3
 	// apply 4: op 4
-	// stopped: barrier: follow orders: context canceled
+	// stopped: barrier: follow "orders": context canceled
 }
 
 // A named reader resumes after its checkpoint: the first run processes 1..3,
