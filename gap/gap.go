@@ -72,7 +72,7 @@ type Gap struct {
 // (committed with FilledAt set). Any other entry is ErrNotGap.
 func FromEntry(e store.Entry) (Gap, error) {
 	if e.State != store.Gap && e.FilledAt.IsZero() {
-		return Gap{}, fmt.Errorf("%w: %s/%d is %s", ErrNotGap, store.QuoteInput(e.Stream), e.Number, e.State)
+		return Gap{}, fmt.Errorf("%w: %s/%d is %s", ErrNotGap, e.Stream, e.Number, e.State) // a stored name: valid
 	}
 	return Gap{
 		Stream:         e.Stream,
