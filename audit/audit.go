@@ -87,14 +87,14 @@ func (r *Report) add(inv string, n int64, format string, args ...any) {
 func Stream(ctx context.Context, src Source, stream string, opts *Options) (*Report, error) {
 	stats, err := src.Stats(ctx, stream)
 	if err != nil && !errors.Is(err, store.ErrStreamNotFound) {
-		return nil, fmt.Errorf("audit: %s: stats: %w", stream, err)
+		return nil, fmt.Errorf("audit: %s: stats: %w", store.QuoteInput(stream), err)
 	}
 	low := max(stats.LowPoint, 1)
 	var es []store.Entry
 	for after := low - 1; ; {
 		page, err := src.Read(ctx, stream, after, store.MaxListLimit)
 		if err != nil && !errors.Is(err, store.ErrStreamNotFound) {
-			return nil, fmt.Errorf("audit: %s: read after %d: %w", stream, after, err)
+			return nil, fmt.Errorf("audit: %s: read after %d: %w", store.QuoteInput(stream), after, err)
 		}
 		es = append(es, page...)
 		if len(page) < store.MaxListLimit {

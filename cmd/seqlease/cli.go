@@ -198,11 +198,11 @@ func (c *cli) explain(err error, stream string) error {
 	var te *store.TrimmedError
 	switch {
 	case errors.Is(err, postgres.ErrSchemaMissing):
-		return fmt.Errorf("schema %q is not migrated: run `seqlease -schema %s migrate up` (%w)", c.schema, c.schema, err)
+		return fmt.Errorf("schema %s is not migrated: run `seqlease -schema %s migrate up` (%w)", store.QuoteInput(c.schema), c.schema, err)
 	case errors.Is(err, store.ErrStreamNotFound):
-		return fmt.Errorf("unknown stream %q in schema %q (`seqlease streams` lists them)", stream, c.schema)
+		return fmt.Errorf("unknown stream %s in schema %s (`seqlease streams` lists them)", store.QuoteInput(stream), store.QuoteInput(c.schema))
 	case errors.As(err, &te):
-		return fmt.Errorf("entries of %q below %d were trimmed; start at -from %d", stream, te.LowPoint, te.LowPoint)
+		return fmt.Errorf("entries of %s below %d were trimmed; start at -from %d", store.QuoteInput(stream), te.LowPoint, te.LowPoint)
 	}
 	return err
 }
@@ -736,7 +736,7 @@ func (c *cli) audit(ctx context.Context, args []string) error {
 		return err
 	}
 	if !r.OK() {
-		return fmt.Errorf("audit of %q found %d violations", stream, len(r.Violations))
+		return fmt.Errorf("audit of %s found %d violations", store.QuoteInput(stream), len(r.Violations))
 	}
 	return nil
 }

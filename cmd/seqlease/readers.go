@@ -86,7 +86,7 @@ func (c *cli) deleteCheckpoint(ctx context.Context, args []string) error {
 	}
 	err = c.store.DeleteCheckpoint(ctx, *reader, *stream)
 	if errors.Is(err, store.ErrCheckpointNotFound) {
-		return fmt.Errorf("reader %q has no checkpoint in stream %q (`seqlease readers` lists them)", *reader, *stream)
+		return fmt.Errorf("reader %s has no checkpoint in stream %s (`seqlease readers` lists them)", store.QuoteInput(*reader), store.QuoteInput(*stream))
 	}
 	if err != nil {
 		return c.explain(err, "")
