@@ -268,6 +268,7 @@ func TestALateWithdrawalDoesNotHideANewWaiter(t *testing.T) {
 	require.NoError(t, h.Release(ctx))
 	require.Equal(t, "older", next())
 	require.Equal(t, "newer", next())
+	wg.Wait() // the newer holder's Release, while ctx is still live
 }
 
 // TestASilentRivalCostsOneGrace: an older waiter of another process that
