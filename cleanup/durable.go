@@ -98,19 +98,10 @@ func (d *deliverer) start(ctx context.Context) {
 // stop waits for the loop, whose ctx the caller cancelled, giving the
 // running hooks up to the grace period before it cancels them.
 func (d *deliverer) stop() {
-	done := make(chan struct{})
-	go func() { // ends once the loop has, which the cancel below ensures
-		d.wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(d.grace)
-	select {
-	case <-done:
-	case <-t.C:
-	}
-	t.Stop()
+	ended := allDone(&d.wg) // the loop ends at the latest after the cancel below
+	waitUpTo(ended, d.grace)
 	d.graceCancel()
-	<-done
+	<-ended
 }
 
 func (d *deliverer) loop(ctx context.Context) {

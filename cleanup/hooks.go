@@ -137,17 +137,8 @@ func (r *hookRunner) stop() {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	drained := make(chan struct{})
-	go func() { // ends once the workers have, which the cancel below ensures
-		r.wg.Wait()
-		close(drained)
-	}()
-	t := time.NewTimer(r.grace)
-	select {
-	case <-drained:
-	case <-t.C:
-	}
-	t.Stop()
+	drained := allDone(&r.wg) // the workers end at the latest after the cancel below
+	waitUpTo(drained, r.grace)
 	r.mu.Lock()
 	r.stopped = true
 	left := r.queue
@@ -161,5 +152,27 @@ func (r *hookRunner) stop() {
 	}
 	for _, t := range left {
 		r.drop(1, t.e, fmt.Errorf("%w: Stop's grace period (HookGrace %v) ended first", ErrHookDropped, r.grace))
+	}
+}
+
+// allDone returns a channel closed once the goroutines of wg have returned.
+// The goroutine that waits for them ends with them: the caller makes sure
+// they end (a Stop cancels them after its grace period).
+func allDone(wg *sync.WaitGroup) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(c)
+	}()
+	return c
+}
+
+// waitUpTo waits until c is closed or grace has passed.
+func waitUpTo(c <-chan struct{}, grace time.Duration) {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-c:
+	case <-t.C:
 	}
 }
