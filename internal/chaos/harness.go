@@ -299,10 +299,20 @@ func (p *Proc) Shutdown(ctx context.Context) error {
 		p.Kill()
 		return fmt.Errorf("chaos: worker %d did not stop: %w", p.ID, ctx.Err())
 	}
-	if st := p.State(); !st.Success() {
+	if st := p.State(); !st.Success() && !p.expectedEnd() {
 		return fmt.Errorf("chaos: worker %d: %v", p.ID, st)
 	}
 	return nil
+}
+
+// expectedEnd reports whether the process ended as a fault meant it to:
+// by Kill, or by its own SIGKILL at WorkerConfig.Die (which it may reach
+// while it drains after Shutdown closed its stdin).
+func (p *Proc) expectedEnd() bool {
+	p.mu.Lock()
+	killed := p.killed
+	p.mu.Unlock()
+	return killed || p.Config.Die != "" && p.Killed()
 }
 
 // Unexpected describes the workers that ended otherwise than expected:
@@ -316,11 +326,7 @@ func (h *Harness) Unexpected() []string {
 	var out []string
 	for _, p := range procs {
 		st := p.State()
-		p.mu.Lock()
-		killed := p.killed
-		p.mu.Unlock()
-		switch {
-		case st == nil, killed, st.Success(), p.Config.Die != "" && p.Killed():
+		if st == nil || st.Success() || p.expectedEnd() {
 			continue
 		}
 		out = append(out, fmt.Sprintf("worker %d (%s) ended by itself: %v", p.ID, p.Config.AppName, st))
