@@ -24,8 +24,10 @@ MODULES := . examples
 test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers) and a throwaway PgBouncer in transaction mode (installs pgbouncer if missing).
 	scripts/with-postgres scripts/with-pgbouncer sh -c '$(GO) test -race -count=1 -timeout 15m ./... && cd examples && $(GO) test -race -count=1 -timeout 15m ./...'
 
-failover: ## Run the HA test: a throwaway two-node Patroni cluster (installs patroni and etcd-server if missing), its primary killed under load; logs the time to resume.
-	scripts/with-patroni $(GO) test -race -tags failover -count=1 -v -timeout 10m ./internal/failover/
+failover: ## Run the HA tests, each on a throwaway two-node Patroni cluster (installs patroni and etcd-server if missing): failover under load (synchronous and asynchronous replication), readers on the standby.
+	scripts/with-patroni $(GO) test -race -tags failover -count=1 -v -timeout 10m -run '^TestFailover$$' ./internal/failover/
+	SEQLEASE_PATRONI_ASYNC=1 scripts/with-patroni $(GO) test -race -tags failover -count=1 -v -timeout 10m -run '^TestFailoverAsync$$' ./internal/failover/
+	scripts/with-patroni $(GO) test -race -tags failover -count=1 -v -timeout 10m -run '^TestStandby' ./internal/failover/
 
 soak: ## Run the soak (SOAK=10m): multi-process load with faults on PostgreSQL, then the audit and the load held; then the model-based test long (MODEL_SOAK=5m per backend). SOAKFLAGS=-race adds the race detector.
 	scripts/with-postgres env SEQLEASE_SOAK=$(or $(SOAK),10m) $(GO) test $(SOAKFLAGS) -count=1 -v -timeout 0 -run '^TestSoak$$' ./internal/chaos/
