@@ -61,6 +61,17 @@ type ListenHealth struct {
 	// DeafChecks counts the self-checks that heard nothing since the
 	// backend was made.
 	DeafChecks int64
+	// Watches is how many watches run now, and Hearing how many of them
+	// heard their last self-check on the connection they still hold.
+	// The others connect, check, are deaf, or reconnect after a lost
+	// connection.
+	Watches, Hearing int
+	// NotHearingSince is the earliest instant since which a running watch
+	// has not heard (the process's clock); zero when every watch hears.
+	NotHearingSince time.Time
+	// LastHeard is when a self-check last heard (the process's clock);
+	// zero if none ever did.
+	LastHeard time.Time
 }
 
 // ListenChecker is implemented by a backend whose watches prove that they

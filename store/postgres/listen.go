@@ -118,6 +118,8 @@ func (s *Store) watchLoop(ctx context.Context, connect func(context.Context) (*p
 	pctx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
 	wg.Go(func() { s.pollWhileDeaf(pctx, l) })
+	s.health.track(l)
+	defer s.health.untrack(l)
 	defer s.setDeaf(ctx, l, false, 0) // a deaf listener that ends is deaf no more
 
 	bo := backoff.NewExponentialBackOff()
@@ -152,6 +154,7 @@ func (s *Store) listenOnce(ctx context.Context, connect func(context.Context) (*
 	if err != nil {
 		return err
 	}
+	defer s.health.hearing(l, false)
 	defer func() {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
@@ -167,6 +170,9 @@ func (s *Store) listenOnce(ctx context.Context, connect func(context.Context) (*
 		return err
 	}
 	s.setDeaf(ctx, l, !heard, s.checkTimeout)
+	if heard {
+		s.health.hearing(l, true)
+	}
 	var recheck context.Context = ctx
 	if !heard {
 		var cancel context.CancelFunc
@@ -296,14 +302,63 @@ func (l *listener) isDeaf() bool {
 // listenHealth is what a Store's listeners found (ListenHealth).
 type listenHealth struct {
 	mu     sync.Mutex
-	checks store.ListenHealth
+	checks store.ListenHealth // the counts and LastHeard; the rest is computed from since
+	// since has a key per running listener: since when it has not heard
+	// (it connects, checks, is deaf or reconnects), or zero while it hears.
+	since map[*listener]time.Time
+}
+
+// track records that l runs, not hearing yet.
+func (h *listenHealth) track(l *listener) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since == nil {
+		h.since = map[*listener]time.Time{}
+	}
+	h.since[l] = time.Now()
+}
+
+// untrack records that l no longer runs.
+func (h *listenHealth) untrack(l *listener) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.since, l)
+}
+
+// hearing records that l's self-check just heard (true), or that l's
+// connection ended (false): it hears no more from now, unless it had
+// not heard already.
+func (h *listenHealth) hearing(l *listener, heard bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	since, ok := h.since[l]
+	switch {
+	case !ok:
+	case heard:
+		h.since[l] = time.Time{}
+		h.checks.LastHeard = time.Now()
+	case since.IsZero():
+		h.since[l] = time.Now()
+	}
 }
 
 // ListenHealth reports what the self-checks of this Store's listeners
-// found (store.ListenChecker): how many are deaf now, and how many checks
+// found (store.ListenChecker): how many run, hear and are deaf now, since
+// when one has not heard, when a check last heard, and how many checks
 // heard nothing since the Store was made.
 func (s *Store) ListenHealth() store.ListenHealth {
-	s.health.mu.Lock()
-	defer s.health.mu.Unlock()
-	return s.health.checks
+	h := &s.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.checks
+	out.Watches = len(h.since)
+	for _, since := range h.since {
+		switch {
+		case since.IsZero():
+			out.Hearing++
+		case out.NotHearingSince.IsZero() || since.Before(out.NotHearingSince):
+			out.NotHearingSince = since
+		}
+	}
+	return out
 }

@@ -62,13 +62,21 @@ func TestListenerDeafThenHears(t *testing.T) {
 	defer func() {
 		cancel()
 		require.ErrorIs(t, <-done, context.Canceled)
-		require.Zero(t, s.ListenHealth().Deaf)
+		h := s.ListenHealth()
+		require.Zero(t, h.Deaf)
+		require.Zero(t, h.Watches, "a watch that ended is no longer counted")
 	}()
 
 	require.Eventually(t, func() bool { return len(logs.find("postgres: LISTEN hears again; polling stopped")) == 1 },
 		30*time.Second, 10*time.Millisecond)
 	require.Equal(t, []string{"ERROR listener=resolutions"}, logs.find(postgres.ListenDeafMessage))
-	require.Equal(t, store.ListenHealth{Deaf: 0, DeafChecks: 1}, s.ListenHealth())
+	h := s.ListenHealth()
+	require.Equal(t, 0, h.Deaf)
+	require.Equal(t, int64(1), h.DeafChecks)
+	require.Equal(t, 1, h.Watches)
+	require.Equal(t, 1, h.Hearing, "the watch hears again")
+	require.True(t, h.NotHearingSince.IsZero())
+	require.False(t, h.LastHeard.IsZero())
 	require.Positive(t, sink.polls.Load(), "a deaf listener polls its sink")
 	require.Equal(t, int64(2), sink.resets.Load(), "one Reset per connection, none to poll a Poller")
 	polls := sink.polls.Load()

@@ -276,7 +276,11 @@ func TestBarrierThroughPgBouncerListenDSN(t *testing.T) {
 	}
 	require.NoError(t, alternateCommits(ctx, 40, sts[0], bs[0], sts[1], bs[1]))
 	for i, st := range sts {
-		require.Equal(t, store.ListenHealth{}, st.ListenHealth(), "process %d", i)
+		h := st.ListenHealth()
+		require.Zero(t, h.Deaf, "process %d", i)
+		require.Zero(t, h.DeafChecks, "process %d", i)
+		require.Equal(t, h.Watches, h.Hearing, "process %d: every watch hears", i)
+		require.False(t, h.LastHeard.IsZero(), "process %d", i)
 	}
 	require.Empty(t, logs.find(postgres.ListenDeafMessage))
 }
