@@ -646,3 +646,12 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	}
 	return s.clock(nil), nil
 }
+
+// Ping reports whether the store takes writes: an in-memory store always
+// does, so Ping fails only with the error of a context that ended.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
