@@ -316,7 +316,8 @@ type Service struct {
 	lastLatency time.Duration
 	attempts    map[string]attempt // failed recoveries, by stream; under mu
 
-	wake wake // streams waiting behind a live lease
+	wake   wake   // streams waiting behind a live lease
+	status status // what the full cycles came to (Status)
 
 	lifeMu  sync.Mutex
 	started bool
@@ -515,6 +516,9 @@ func (sv *Service) Start(ctx context.Context) error {
 		return nil
 	}
 	sv.started = true
+	sv.status.mu.Lock()
+	sv.status.st.Started = time.Now()
+	sv.status.mu.Unlock()
 	ctx, sv.cancel = context.WithCancelCause(ctx)
 	sv.wake.open(ctx)
 	if sv.durable != nil {

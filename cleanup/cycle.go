@@ -66,6 +66,9 @@ func (sv *Service) run(ctx context.Context, streams []string) (res CycleResult, 
 	c.res.Duration = time.Since(start)
 	if c.full {
 		sv.lastLatency = c.res.Duration
+		if ctx.Err() == nil {
+			sv.status.pass(c.res, scanErr == nil, err)
+		}
 	}
 	end(c.res, err)
 	if sv.observer != nil {

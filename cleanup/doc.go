@@ -169,5 +169,7 @@
 // and returns; Stop cancels them, lets the hooks finish for up to
 // HookGrace, cancels the rest, and waits for every goroutine it started. Stop is safe before Start and twice. RunOnce
 // runs one full cycle in the caller's goroutine, for tests and operator
-// tools.
+// tools. Status tells, at once, whether the loop runs and when its last
+// full pass over the expired leases ended (a health check reads it: package
+// health).
 package cleanup
