@@ -213,39 +213,43 @@ func (c *Checker) stream(st store.StreamStats, now time.Time) Component {
 }
 
 // readers checks the checkpoints of Config.Readers, or every one
-// Config.Checkpoints lists.
+// Config.Checkpoints lists, up to Config.MaxCheckpoints.
 func (c *Checker) readers(ctx context.Context) []Component {
-	src := c.cfg.Checkpoints
-	now, err := src.Now(ctx)
+	now, err := c.cfg.Checkpoints.Now(ctx)
 	if err != nil {
-		return []Component{{Check: CheckReader, Message: c.failure(ctx, "read the backend's clock", err)}}
+		return []Component{{Check: CheckReaders, Message: c.failure(ctx, "read the backend's clock", err)}}
 	}
-	var out []Component
-	left := c.cfg.MaxCheckpoints
 	readers := c.cfg.Readers
 	if len(readers) == 0 {
 		readers = []string{""} // every reader
 	}
+	var out []Component
+	want, seen := c.cfg.MaxCheckpoints+1, 0 // one more than the bound: are there more?
 	for _, reader := range readers {
 		p := &store.ListCheckpointsParams{Reader: reader}
 		found := false
-		for left > 0 {
-			p.Limit = min(left, store.MaxListLimit)
-			cps, err := src.ListCheckpoints(ctx, p)
+		for seen < want {
+			p.Limit = min(want-seen, store.MaxListLimit)
+			cps, err := c.cfg.Checkpoints.ListCheckpoints(ctx, p)
 			if err != nil {
-				return append(out, Component{Check: CheckReader, Reader: reader, Message: c.failure(ctx, "list the checkpoints", err)})
+				return append(out, Component{Check: CheckReaders, Reader: reader, Message: c.failure(ctx, "list the checkpoints", err)})
 			}
-			for _, cp := range cps {
+			for _, cp := range cps[:min(len(cps), c.cfg.MaxCheckpoints-seen)] {
 				out = append(out, c.reader(cp, now))
 			}
 			found = found || len(cps) > 0
-			left -= len(cps)
+			seen += len(cps)
 			if len(cps) < p.Limit {
 				break
 			}
 			p.AfterReader, p.AfterStream = cps[len(cps)-1].Reader, cps[len(cps)-1].Stream
 		}
-		if reader != "" && !found && left > 0 {
+		if seen >= want {
+			return append(out, Component{Check: CheckReaders, Healthy: true, Message: fmt.Sprintf(
+				"checked the first %d checkpoints in (reader, stream) order; more exist: name the readers to check "+
+					"in Config.Readers, or raise Config.MaxCheckpoints", c.cfg.MaxCheckpoints)})
+		}
+		if reader != "" && !found {
 			out = append(out, Component{Check: CheckReader, Reader: reader, Healthy: true, Message: "no checkpoint saved"})
 		}
 	}

@@ -34,8 +34,9 @@
 //	reader    per reader and stream (checkpoints): fails when the reader
 //	          is more than MaxReaderLag behind the watermark, or behind
 //	          and its checkpoint has not moved for MaxReaderStall
-//	streams   the stream listing itself: it failed, timed out, or stopped
-//	          at MaxStreams (then healthy, saying so)
+//	streams   the stream listing (readers: the checkpoint listing): it
+//	readers   failed, timed out, or stopped at MaxStreams (MaxCheckpoints),
+//	          then healthy, saying so
 //
 // The watermark, not the highest number, is what readers and ordered
 // commits wait for, so the stream check measures what holds it: the age

@@ -107,7 +107,8 @@ type Config struct {
 	// ("reader"). Optional.
 	Checkpoints CheckpointSource
 	// Readers are the readers to check. Default: every checkpoint
-	// Checkpoints lists, in (reader, stream) order, up to MaxCheckpoints.
+	// Checkpoints lists, in (reader, stream) order, up to MaxCheckpoints
+	// (a "readers" result says when there are more).
 	Readers []string
 	// MaxCheckpoints bounds the checkpoints listed (in all, whether
 	// Readers is set or not), at most MaxItems. Default:
@@ -206,6 +207,7 @@ const (
 	CheckStreams  = "streams"  // Config.Streams: the listing itself (failed, cut short)
 	CheckStream   = "stream"   // Config.Streams: one stream's watermark
 	CheckReader   = "reader"   // Config.Checkpoints: one reader's checkpoint
+	CheckReaders  = "readers"  // Config.Checkpoints: the listing itself (failed, cut short)
 )
 
 // Report is what one Check found. It encodes to JSON with snake_case

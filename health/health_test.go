@@ -380,6 +380,35 @@ func TestStreamListingCapped(t *testing.T) {
 	require.Contains(t, rep.Components[2].Message, "checked the first 2 streams in name order; more exist")
 }
 
+// TestReaderListingCapped: with more checkpoints than MaxCheckpoints, the
+// first are checked and a healthy "readers" result says there are more;
+// with exactly MaxCheckpoints, no note.
+func TestReaderListingCapped(t *testing.T) {
+	t.Parallel()
+	s := memory.New(nil)
+	commit(t, s, "orders", 1)
+	for _, r := range []string{"a", "b", "c"} {
+		require.NoError(t, s.SaveCheckpoint(t.Context(), r, "orders", 1, nil))
+	}
+	c, err := health.New(&health.Config{Checkpoints: s, MaxCheckpoints: 2})
+	require.NoError(t, err)
+	code, rep := serve(t, c)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, rep.Components, 3)
+	require.Equal(t, []string{"a", "b"}, []string{rep.Components[0].Reader, rep.Components[1].Reader})
+	require.Equal(t, health.CheckReaders, rep.Components[2].Check)
+	require.Contains(t, rep.Components[2].Message, "checked the first 2 checkpoints")
+
+	c, err = health.New(&health.Config{Checkpoints: s, MaxCheckpoints: 3, Readers: []string{"c", "a", "b", "a"}})
+	require.NoError(t, err)
+	_, rep = serve(t, c)
+	require.Len(t, rep.Components, 3)
+	for i, r := range []string{"a", "b", "c"} {
+		require.Equal(t, health.CheckReader, rep.Components[i].Check)
+		require.Equal(t, r, rep.Components[i].Reader)
+	}
+}
+
 // TestReaderBehind: a reader more than MaxReaderLag behind its stream's
 // watermark fails; so does one behind whose checkpoint has not moved for
 // MaxReaderStall; a reader named but without a checkpoint is reported.
