@@ -27,6 +27,7 @@ import (
 //	HookQueue       yes           yes             cleanup's DurableHook: hook records written with the resolution, delivered at least once
 //	Appender        yes           yes             sequence.Leaser.Append: entries born committed, in one statement
 //	ListenChecker   -             yes             metrics: the seqlease.listen.deaf gauge and deaf checks counter
+//	HistoryChecker  -             yes             metrics: the seqlease.history.lost counter and the HistoryLost alert
 
 // InProcess is implemented by a backend that answers in process, without a
 // round trip (store/memory), and that reports every resolution to its

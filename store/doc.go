@@ -24,6 +24,7 @@
 //	HookQueue       records of hooks to deliver, written with the resolutions (memory, PostgreSQL)
 //	Appender        entries born committed, numbers and payloads in one step (memory, PostgreSQL)
 //	ListenChecker   whether the watches hear the other processes: a self-check (PostgreSQL)
+//	HistoryChecker  whether the database went back on history it showed (PostgreSQL, after an asynchronous failover)
 //
 // The conformance suite checks each capability on every backend that has
 // it. A wrapper that embeds a backend gets its capabilities too: it must
