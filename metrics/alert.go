@@ -34,6 +34,12 @@ const (
 	// AlertOpenGaps: more than Thresholds.OpenGaps open gaps over the
 	// streams this process touched (warning).
 	AlertOpenGaps = "OpenGaps"
+	// AlertHistoryLost: more than Thresholds.HistoryLost streams and
+	// named leases are refused because the database lost history this
+	// process had seen (store.ErrHistoryLost: an asynchronous standby was
+	// promoted), as the store's HistoryHealth last said (critical). It
+	// resolves when the operator accepts the server's history.
+	AlertHistoryLost = "HistoryLost"
 )
 
 // Alert is one change of an alert's state: it fires (Firing true) when its
@@ -60,6 +66,7 @@ const (
 	DefaultMassExpiry          = 10
 	DefaultRecoveryFailureRate = 0.01
 	DefaultOpenGaps            = 100
+	DefaultHistoryLost         = 0
 )
 
 // Thresholds of the alerts; each fires when its value is above its
@@ -77,6 +84,9 @@ type Thresholds struct {
 	// OpenGaps is how many open gaps the touched streams may have.
 	// Default: DefaultOpenGaps (100).
 	OpenGaps int64
+	// HistoryLost is how many streams and named leases may be refused
+	// for lost history. Default: DefaultHistoryLost (0: any fires).
+	HistoryLost int
 }
 
 // EvaluatorConfig configures an Evaluator. A nil *EvaluatorConfig means the
@@ -129,6 +139,7 @@ type Evaluator struct {
 	total    slot   // sums over slots
 	cycle    int64  // expired leases found by the last cycle; -1: none yet
 	openGaps int64  // last count; -1: none yet
+	lost     int    // refused streams and names, as last told
 	alerts   map[string]*Alert
 }
 
@@ -163,6 +174,7 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 			MassExpiry:          cmp.Or(cfg.Thresholds.MassExpiry, DefaultMassExpiry),
 			RecoveryFailureRate: cmp.Or(cfg.Thresholds.RecoveryFailureRate, DefaultRecoveryFailureRate),
 			OpenGaps:            cmp.Or(cfg.Thresholds.OpenGaps, DefaultOpenGaps),
+			HistoryLost:         cmp.Or(cfg.Thresholds.HistoryLost, DefaultHistoryLost),
 		},
 		sink:     cfg.Sink,
 		logger:   cfg.Logger,
@@ -183,6 +195,7 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 		{Name: AlertMassExpiry, Level: LevelCritical, Threshold: float64(e.th.MassExpiry)},
 		{Name: AlertRecoveryFailureRate, Level: LevelWarning, Threshold: e.th.RecoveryFailureRate},
 		{Name: AlertOpenGaps, Level: LevelWarning, Threshold: float64(e.th.OpenGaps)},
+		{Name: AlertHistoryLost, Level: LevelCritical, Threshold: float64(e.th.HistoryLost)},
 	} {
 		if a.Threshold >= 0 {
 			e.alerts[a.Name] = &a
@@ -227,6 +240,15 @@ func (e *Evaluator) OpenGaps(n int64) {
 	e.evaluateLocked(e.now())
 }
 
+// HistoryLost reports how many streams and named leases the store refuses
+// now because the database lost history (store.HistoryHealth's Refused).
+func (e *Evaluator) HistoryLost(refused int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lost = refused
+	e.evaluateLocked(e.now())
+}
+
 // Evaluate slides the window to now and re-evaluates every alert.
 func (e *Evaluator) Evaluate() {
 	e.mu.Lock()
@@ -240,7 +262,7 @@ func (e *Evaluator) Alerts() []Alert {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := make([]Alert, 0, len(e.alerts))
-	for _, name := range []string{AlertExpirationRate, AlertMassExpiry, AlertRecoveryFailureRate, AlertOpenGaps} {
+	for _, name := range []string{AlertExpirationRate, AlertMassExpiry, AlertRecoveryFailureRate, AlertOpenGaps, AlertHistoryLost} {
 		if a, ok := e.alerts[name]; ok {
 			out = append(out, *a)
 		}
@@ -318,6 +340,11 @@ func (e *Evaluator) evaluateLocked(now time.Time) {
 			return fmt.Sprintf("%d open gaps; threshold %.0f: numbers whose work was lost or moved to a new number (seqlease gaps STREAM tells which)", e.openGaps, a.Threshold)
 		})
 	}
+	e.set(now, AlertHistoryLost, float64(e.lost), e.lost > e.th.HistoryLost, func(a *Alert) string {
+		return fmt.Sprintf("%d streams and named leases refused: the database lost history this process had seen "+
+			"(an asynchronous standby promoted?); numbers and fences on them stop until the operator decides "+
+			"(docs/operations.md, Asynchronous replication); threshold %.0f", e.lost, a.Threshold)
+	})
 }
 
 // set records the value of an alert and, if its condition changed, sends

@@ -181,5 +181,35 @@ func TestAlertThresholds(t *testing.T) {
 	for _, x := range a.e.Alerts() {
 		names = append(names, x.Name)
 	}
-	require.Equal(t, []string{metrics.AlertExpirationRate, metrics.AlertRecoveryFailureRate, metrics.AlertOpenGaps}, names)
+	require.Equal(t, []string{metrics.AlertExpirationRate, metrics.AlertRecoveryFailureRate, metrics.AlertOpenGaps, metrics.AlertHistoryLost}, names)
+}
+
+// TestAlertHistoryLost checks that the lost history alert fires, critical,
+// on the first refused stream or name, sends nothing more while some stay
+// refused, resolves when none is, and can be turned off.
+func TestAlertHistoryLost(t *testing.T) {
+	a := newAlerting(t, metrics.EvaluatorConfig{})
+	a.e.HistoryLost(0)
+	require.Empty(t, a.take())
+	a.e.HistoryLost(1)
+	got := a.take()
+	require.Len(t, got, 1)
+	require.Equal(t, metrics.AlertHistoryLost, got[0].Name)
+	require.Equal(t, metrics.LevelCritical, got[0].Level)
+	require.True(t, got[0].Firing)
+	require.Equal(t, 1.0, got[0].Value)
+	require.Contains(t, got[0].Message, "lost history")
+	a.e.HistoryLost(3)
+	require.Empty(t, a.take())
+	a.e.HistoryLost(0)
+	got = a.take()
+	require.Len(t, got, 1)
+	require.False(t, got[0].Firing)
+
+	off := newAlerting(t, metrics.EvaluatorConfig{Thresholds: metrics.Thresholds{HistoryLost: -1}})
+	off.e.HistoryLost(5)
+	require.Empty(t, off.take(), "a negative threshold turns the alert off")
+	for _, x := range off.e.Alerts() {
+		require.NotEqual(t, metrics.AlertHistoryLost, x.Name)
+	}
 }

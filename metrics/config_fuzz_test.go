@@ -91,6 +91,7 @@ func FuzzNewEvaluator(f *testing.F) {
 		if gapsTh >= 0 && gapsTh < math.MaxInt64 {
 			e.OpenGaps(gapsTh + 1)
 		}
+		e.HistoryLost(1) // its threshold is not fuzzed: the default, 0
 		expTh := rateOf(th.ExpirationRate, metrics.DefaultExpirationRate)
 		recTh := rateOf(th.RecoveryFailureRate, metrics.DefaultRecoveryFailureRate)
 		wantOn := map[string]bool{}
@@ -103,6 +104,7 @@ func FuzzNewEvaluator(f *testing.F) {
 			{metrics.AlertRecoveryFailureRate, recTh >= 0, recTh < 1 && fails >= samples},
 			{metrics.AlertMassExpiry, mass >= 0, mass < math.MaxInt},
 			{metrics.AlertOpenGaps, gapsTh >= 0, gapsTh < math.MaxInt64},
+			{metrics.AlertHistoryLost, true, true},
 		} {
 			if a.on {
 				wantOn[a.name], wantFire[a.name] = true, a.fire

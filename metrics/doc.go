@@ -54,7 +54,11 @@
 // (seqlease.listen.deaf) and the self-checks that heard nothing
 // (seqlease.listen.deaf_checks, a counter) are read from the store's
 // ListenHealth (store.ListenChecker: Config.Listen, or Gaps or Checkpoints
-// when it is one), with no query. Close unregisters the callback.
+// when it is one), with no query. The findings of lost history
+// (seqlease.history.lost, a counter by stream, or by lease for a named
+// lease) are read from the store's HistoryHealth (store.HistoryChecker:
+// Config.History, or Gaps, Checkpoints or Listen when it is one), with no
+// query. Close unregisters the callback.
 //
 // # Traces
 //
@@ -70,9 +74,12 @@
 // # Alerts
 //
 // An Evaluator keeps the events of a sliding window (default one hour) and
-// watches four conditions: the share of granted leases that expired, the
+// watches five conditions: the share of granted leases that expired, the
 // expired leases one full cleanup scan found at once, the share of recovery
-// steps that failed, and the open gaps. Each alert has two states and sends
+// steps that failed, the open gaps, and the streams and named leases the
+// store refuses because the database lost history it had shown
+// (AlertHistoryLost, critical, fed from the store's HistoryHealth at each
+// collection). Each alert has two states and sends
 // only its transitions:
 //
 //	        condition holds

@@ -53,6 +53,7 @@ const (
 	NameReaderLag              = "seqlease.reader.lag"
 	NameListenDeaf             = "seqlease.listen.deaf"
 	NameListenDeafChecks       = "seqlease.listen.deaf_checks"
+	NameHistoryLost            = "seqlease.history.lost"
 )
 
 // Attribute keys of the instruments. Every value comes from a small set:
@@ -67,6 +68,7 @@ const (
 	KeyAlert  = attribute.Key("alert")
 	KeyLevel  = attribute.Key("level")
 	KeyReader = attribute.Key("reader")
+	KeyLease  = attribute.Key("lease")
 )
 
 // OtherStream is the stream attribute of every stream beyond
@@ -142,6 +144,12 @@ type Config struct {
 	// Checkpoints, when it is a store.ListenChecker; without one there
 	// are no such series.
 	Listen store.ListenChecker
+	// History feeds the lost history counter (NameHistoryLost) and the
+	// HistoryLost alert: the store that notices when the database goes
+	// back on history it showed (store/postgres). Default: Gaps,
+	// Checkpoints or Listen, when it is a store.HistoryChecker; without
+	// one there is no such series.
+	History store.HistoryChecker
 	// MaxReaderSeries bounds the (reader, stream) pairs the reader lag
 	// gauge reports, in (reader, stream) order: one listing page per
 	// store.MaxListLimit of them at each collection. Default:
@@ -166,6 +174,7 @@ type Metrics struct {
 	readers    CheckpointLister
 	maxReaders int
 	listen     store.ListenChecker
+	history    store.HistoryChecker
 
 	granted, committed, released, extended metric.Int64Counter
 	expired, recoveries, hookFailures      metric.Int64Counter
@@ -177,7 +186,7 @@ type Metrics struct {
 	cascadeActive, alertActive             metric.Int64ObservableGauge
 	hooksPending                           metric.Int64ObservableGauge
 	nlLongHeld, readerLag, listenDeaf      metric.Int64ObservableGauge
-	listenDeafChecks                       metric.Int64ObservableCounter
+	listenDeafChecks, historyLost          metric.Int64ObservableCounter
 	registration                           metric.Registration
 
 	streamsMu  sync.Mutex
@@ -256,6 +265,12 @@ func New(cfg *Config) (*Metrics, error) {
 			m.listen = lc
 		}
 	}
+	m.history = cfg.History
+	for _, src := range []any{cfg.Gaps, cfg.Checkpoints, cfg.Listen} {
+		if hc, ok := src.(store.HistoryChecker); ok && m.history == nil {
+			m.history = hc
+		}
+	}
 	if m.logger == nil {
 		m.logger = slog.New(slog.DiscardHandler)
 	}
@@ -328,11 +343,14 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.listenDeafChecks, err = meter.Int64ObservableCounter(NameListenDeafChecks, metric.WithUnit("{check}"),
 		metric.WithDescription("LISTEN self-checks that did not hear their own notice in time (a deaf listener checks again every 30 s)."))
 	errs = append(errs, err)
+	m.historyLost, err = meter.Int64ObservableCounter(NameHistoryLost, metric.WithUnit("{finding}"),
+		metric.WithDescription("Answers of the database that went back on history this process had seen (a number or fence issued again, a watermark back), by stream or named lease: an asynchronous standby promoted? Leases of the stream stop until the operator accepts."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("creating instruments: %w", err)
 	}
 	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending, m.readerLag,
-		m.listenDeaf, m.listenDeafChecks)
+		m.listenDeaf, m.listenDeafChecks, m.historyLost)
 	if err != nil {
 		return fmt.Errorf("registering the gauges' callback: %w", err)
 	}
@@ -406,6 +424,7 @@ const (
 	shapeKind                          // kind
 	shapeResult                        // result
 	shapeAlert                         // alert, level
+	shapeLease                         // lease
 )
 
 type attrKey struct {
@@ -439,6 +458,8 @@ func (m *Metrics) opt(k attrKey) metric.MeasurementOption {
 		kv = []attribute.KeyValue{KeyResult.String(k.b)}
 	case shapeAlert:
 		kv = []attribute.KeyValue{KeyAlert.String(k.a), KeyLevel.String(k.b)}
+	case shapeLease:
+		kv = []attribute.KeyValue{KeyLease.String(k.a)}
 	default:
 		panic(fmt.Sprintf("metrics: unknown attribute shape %d", k.shape))
 	}
@@ -457,6 +478,19 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 		h := m.listen.ListenHealth()
 		o.ObserveInt64(m.listenDeaf, int64(h.Deaf))
 		o.ObserveInt64(m.listenDeafChecks, h.DeafChecks)
+	}
+	if m.history != nil {
+		h := m.history.HistoryHealth()
+		for _, l := range h.Losses {
+			k := attrKey{shape: shapeStream, stream: l.Stream}
+			if l.Stream == "" {
+				k = attrKey{shape: shapeLease, a: l.Name}
+			}
+			o.ObserveInt64(m.historyLost, l.Count, m.opt(k))
+		}
+		if m.alerts != nil {
+			m.alerts.HistoryLost(len(h.Refused))
+		}
 	}
 	var openGaps int64
 	counted := false

@@ -319,6 +319,7 @@ func TestInstruments(t *testing.T) {
 		"alert=MassExpiry,level=critical":         0,
 		"alert=RecoveryFailureRate,level=warning": 1, // 1 of 3
 		"alert=OpenGaps,level=warning":            0,
+		"alert=HistoryLost,level=critical":        0,
 	}, sums(metrics.NameAlertActive))
 
 	// Histograms.
