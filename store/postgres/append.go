@@ -33,11 +33,21 @@ func (s *Store) Append(ctx context.Context, stream string, reqs []store.AppendRe
 		ops[i], kinds[i], payloads[i] = r.OperationID, r.Kind, r.Payload
 		tokens[i] = pgtype.UUID{Bytes: store.NewToken(), Valid: true}
 	}
+	h, tracks := s.hist()
+	seen, err := h.stream(stream)
+	if err != nil {
+		return nil, fmt.Errorf("append: %w", err)
+	}
 	var base, xid int64
 	var at time.Time
-	err := s.db.QueryRow(ctx, s.q.appendEntries, stream, len(reqs), p.Now, p.Owner, ops, kinds, payloads, tokens).Scan(&base, &at, &xid)
+	err = s.db.QueryRow(ctx, s.q.appendEntries, stream, len(reqs), p.Now, p.Owner, ops, kinds, payloads, tokens).Scan(&base, &at, &xid)
 	if err != nil {
 		return nil, interpretError("append", err)
+	}
+	if tracks {
+		if err := h.numbers(stream, seen, base+1, base+int64(len(reqs))); err != nil {
+			return nil, fmt.Errorf("append: %w", err)
+		}
 	}
 	out := make([]store.Entry, len(reqs))
 	numbers := make([]int64, len(reqs))

@@ -205,8 +205,13 @@ func (s *Store) RecoverExpiredTx(ctx context.Context, stream string, items []sto
 	if fn == nil {
 		return nil, fmt.Errorf("recover expired tx: %w: nil function", store.ErrInvalidArgument)
 	}
+	h, tracks := s.hist()
+	seen, err := h.stream(stream)
+	if err != nil {
+		return nil, fmt.Errorf("recover expired tx: %w", err)
+	}
 	var moved map[int64]int64
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
 		if moved, err = s.moveRows(ctx, tx, stream, items, p); err != nil || len(moved) == 0 {
 			return err
@@ -225,6 +230,11 @@ func (s *Store) RecoverExpiredTx(ctx context.Context, stream string, items []sto
 	}
 	if err != nil {
 		return nil, interpretError("recover expired tx", err)
+	}
+	if tracks {
+		if err := h.moved(stream, seen, moved); err != nil {
+			return nil, fmt.Errorf("recover expired tx: %w", err)
+		}
 	}
 	return s.movedResults(ctx, stream, items, moved, "recover expired tx")
 }

@@ -37,12 +37,20 @@ func (s *Store) LeaseMulti(ctx context.Context, items []store.StreamLeases, p *s
 	if p == nil {
 		p = &store.LeaseParams{}
 	}
+	h, tracks := s.hist()
+	seen := map[string]streamMark{}
 	var valid []int
 	for i := range items {
 		if errs[i] != nil {
 			out[i].Err = fmt.Errorf("lease: %w", errs[i])
 			continue
 		}
+		m, err := h.stream(items[i].Stream)
+		if err != nil {
+			out[i].Err = fmt.Errorf("lease: %w", err)
+			continue
+		}
+		seen[items[i].Stream] = m
 		valid = append(valid, i)
 	}
 	if len(valid) == 0 {
@@ -71,6 +79,15 @@ func (s *Store) LeaseMulti(ctx context.Context, items []store.StreamLeases, p *s
 	}
 	k := 0
 	for _, i := range valid {
+		if tracks {
+			n := int64(len(items[i].Requests))
+			lo, hi := slices.Min(numbers[k:k+int(n)]), slices.Max(numbers[k:k+int(n)])
+			if err := h.numbers(items[i].Stream, seen[items[i].Stream], lo, hi); err != nil {
+				out[i].Err = fmt.Errorf("lease: %w", err)
+				k += int(n)
+				continue
+			}
+		}
 		es := make([]store.Entry, len(items[i].Requests))
 		for j, r := range items[i].Requests {
 			es[j] = store.Entry{

@@ -420,9 +420,14 @@ func (s *Store) AcquireLeasesEarly(ctx context.Context, reqs []store.AcquireLeas
 		p = &store.LeaseBatchParams{}
 	}
 	out := make([]store.AcquireLeaseResult, len(reqs))
+	h, _ := s.hist()
 	var todo []int
 	for i, r := range reqs {
 		if err := store.ValidateAcquireLeaseRequest(r); err != nil {
+			out[i].Err = fmt.Errorf("acquire lease: %w", err)
+			continue
+		}
+		if _, err := h.name(r.Name); err != nil {
 			out[i].Err = fmt.Errorf("acquire lease: %w", err)
 			continue
 		}
@@ -517,6 +522,11 @@ func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireLeaseReque
 	// them in the same order (see acquireSQL).
 	round = slices.SortedFunc(slices.Values(round), func(a, b int) int { return strings.Compare(reqs[a].Name, reqs[b].Name) })
 	n := len(round)
+	h, tracks := s.hist()
+	seen := make([]int64, n) // the fence marks before the statement
+	for k, i := range round {
+		seen[k], _ = h.name(reqs[i].Name)
+	}
 	names, owners := make([]string, n), make([]string, n)
 	ttls, waits := make([]int64, n), make([]int64, n)
 	maxRenewals := make([]int32, n)
@@ -557,6 +567,16 @@ func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireLeaseReque
 	var retry []int
 	for k, i := range round {
 		r, o := reqs[i], res[k]
+		if tracks && (o.granted || o.held) {
+			got := o.holderFence
+			if o.granted {
+				got = o.fence
+			}
+			if err := h.fence(r.Name, seen[k], got, o.granted); err != nil {
+				out[i].Err = fmt.Errorf("acquire lease: %w", err)
+				continue
+			}
+		}
 		switch {
 		case o.granted:
 			out[i].Lease = store.NamedLease{Name: r.Name, Owner: r.Owner, Fence: o.fence, AcquiredAt: o.acquired,

@@ -88,6 +88,8 @@ type Store struct {
 	decided decidedSetup // see queryDecided
 	notes   *notices     // notice.go
 	root    *Store       // of a Store in a caller's transaction (InTx); nil otherwise
+	history *history     // history.go; nil in a caller's transaction (the root's)
+	tracks  bool         // whether this Store records and checks history (not on a pgx.Tx)
 
 	// Listening (listen.go).
 	listenConfig           *pgx.ConnConfig // Config.ListenDSN parsed; nil: listen on the DB's connections
@@ -155,6 +157,8 @@ func New(db DB, cfg *Config) (*Store, error) {
 		listenConfig: listenConfig, checkTimeout: cmp.Or(cfg.ListenCheckTimeout, DefaultListenCheckTimeout),
 		deafPoll: cmp.Or(cfg.DeafPollInterval, DefaultDeafPollInterval), recheckEvery: cmp.Or(cfg.DeafRecheckInterval, DefaultDeafRecheckInterval)}
 	s.notes = newNotices(s)
+	_, onTx := db.(pgx.Tx)
+	s.history, s.tracks = newHistory(logger), !onTx
 	return s, nil
 }
 
@@ -197,11 +201,21 @@ func (s *Store) Lease(ctx context.Context, stream string, reqs []store.LeaseRequ
 		ops[i], kinds[i], ttls[i] = r.OperationID, r.Kind, r.TTL.Microseconds()
 		tokens[i] = pgtype.UUID{Bytes: store.NewToken(), Valid: true}
 	}
+	h, tracks := s.hist()
+	seen, err := h.stream(stream)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
 	var base int64
 	var leasedAt time.Time
-	err := s.db.QueryRow(ctx, s.q.lease, stream, len(reqs), p.Now, p.Owner, ops, kinds, ttls, tokens).Scan(&base, &leasedAt)
+	err = s.db.QueryRow(ctx, s.q.lease, stream, len(reqs), p.Now, p.Owner, ops, kinds, ttls, tokens).Scan(&base, &leasedAt)
 	if err != nil {
 		return nil, interpretError("lease", err)
+	}
+	if tracks {
+		if err := h.numbers(stream, seen, base+1, base+int64(len(reqs))); err != nil {
+			return nil, fmt.Errorf("lease: %w", err)
+		}
 	}
 	out := make([]store.Entry, len(reqs))
 	for i, r := range reqs {
@@ -431,6 +445,11 @@ func (s *Store) RecoverExpired(ctx context.Context, stream string, number int64,
 	if err := store.ValidateRecover(stream, number, p); err != nil {
 		return 0, fmt.Errorf("recover expired: %w", err)
 	}
+	h, tracks := s.hist()
+	seen, err := h.stream(stream)
+	if err != nil {
+		return 0, fmt.Errorf("recover expired: %w", err)
+	}
 	reason := cmp.Or(p.Reason, store.ReasonRecovered)
 	sql := s.q.recoverExpired
 	if p.Hook {
@@ -441,6 +460,11 @@ func (s *Store) RecoverExpired(ctx context.Context, stream string, number int64,
 		err := s.db.QueryRow(ctx, sql, stream, number, p.Owner, p.Payload, p.RecoveryType, reason, p.Now).Scan(&moved, &xid)
 		if err == nil {
 			s.notes.sawXact(xid)
+			if tracks {
+				if err := h.numbers(stream, seen, moved, moved); err != nil {
+					return 0, fmt.Errorf("recover expired: %w", err)
+				}
+			}
 			if err := s.notes.resolved(ctx, stream, 0, number, moved); err != nil {
 				return 0, noticeFailed("recover expired", err)
 			}
@@ -466,9 +490,19 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, stream string, items []
 	if err := store.ValidateRecoverBatch(stream, items, p); err != nil {
 		return nil, fmt.Errorf("recover expired batch: %w", err)
 	}
+	h, tracks := s.hist()
+	seen, err := h.stream(stream)
+	if err != nil {
+		return nil, fmt.Errorf("recover expired batch: %w", err)
+	}
 	moved, err := s.moveRows(ctx, s.db, stream, items, p)
 	if err != nil {
 		return nil, interpretError("recover expired batch", err)
+	}
+	if tracks {
+		if err := h.moved(stream, seen, moved); err != nil {
+			return nil, fmt.Errorf("recover expired batch: %w", err)
+		}
 	}
 	return s.movedResults(ctx, stream, items, moved, "recover expired batch")
 }

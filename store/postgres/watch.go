@@ -22,11 +22,16 @@ func (s *Store) Snapshot(ctx context.Context, stream string, limit int) (store.S
 	if limit <= 0 || limit > store.MaxListLimit {
 		limit = store.MaxListLimit
 	}
+	h, tracks := s.hist()
+	seen, _ := h.stream(stream) // a refused stream is still read
 	var last int64
 	var unresolved []int64
 	err := s.db.QueryRow(ctx, s.q.snapshot, stream, limit).Scan(&last, &unresolved)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		if tracks {
+			_ = h.read(stream, seen, 0, 0) // a stream this Store saw is gone
+		}
 		return store.Snapshot{}, nil
 	case err != nil:
 		return store.Snapshot{}, interpretError("snapshot", err)
@@ -37,6 +42,11 @@ func (s *Store) Snapshot(ctx context.Context, stream string, limit int) (store.S
 		if len(unresolved) == limit {
 			snap.Known = unresolved[len(unresolved)-1]
 		}
+	}
+	if tracks {
+		// A loss is logged, counted and refuses the stream's leases; the
+		// read returns what the server has.
+		_ = h.read(stream, seen, last, snap.Watermark)
 	}
 	return snap, nil
 }
@@ -58,6 +68,9 @@ func (s *Store) ReadResolved(ctx context.Context, stream string, after int64, li
 		return nil, interpretError("read resolved", err)
 	}
 	if len(out) > 0 {
+		if h, tracks := s.hist(); tracks {
+			h.sawNumber(stream, out[len(out)-1].Number)
+		}
 		return out, nil
 	}
 	var low int64
