@@ -209,7 +209,9 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 // it to the next at once. The first waiter is woken by the backend's notice
 // of a release (Start must have been called), and otherwise polls (every
 // Config.PollInterval, jittered, and at the holder's expiry). Transient
-// errors are retried with backoff.
+// errors are retried with backoff; bad input and store.ErrHistoryLost (the
+// database lost the name's fences: see the backend) end the wait at once,
+// the error unchanged.
 func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
 	if opts == nil {
 		opts = &AcquireOpts{}
@@ -310,7 +312,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 			if m.testHooks.paused != nil {
 				m.testHooks.paused(name)
 			}
-		case errors.Is(err, ErrStopped), store.IsInvalid(err), ctx.Err() != nil:
+		case errors.Is(err, ErrStopped), store.IsInvalid(err), errors.Is(err, store.ErrHistoryLost), ctx.Err() != nil:
 			return nil, ended(err)
 		default:
 			if errors.Is(err, errLateGrant) {
