@@ -13,4 +13,13 @@
 // how long the workers take to commit again, and audits the ledgers: every
 // acknowledged commit survives, each stream is dense, ordered and resolved,
 // and no number is handed out twice.
+//
+// TestFailoverAsync runs on a cluster with asynchronous replication
+// (SEQLEASE_PATRONI_ASYNC=1 scripts/with-patroni). It cuts the standby off
+// (SIGSTOP of the primary's WAL senders) while the primary goes on
+// acknowledging commits and fences, kills the primary, and checks that
+// once Patroni promotes the standby, which never received them, the Store
+// refuses every stream and the named lease with store.ErrHistoryLost: no
+// number handed out twice, no fence repeated, the HistoryLost alert
+// firing. It reports how many acknowledged commits were lost.
 package failover
