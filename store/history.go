@@ -73,8 +73,8 @@ type HistoryHealth struct {
 	// finding; they stay until accepted.
 	Refused []HistoryLostError
 	// Losses counts the findings since the backend was made, by stream
-	// (Stream set) or named lease (Name set): one per statement that
-	// answered with lost history.
+	// (Stream set) or named lease (Name set): one each time one was
+	// refused (again, after an acceptance).
 	Losses []HistoryLoss
 }
 

@@ -132,6 +132,18 @@
 // timeout), so a deliverer that dies mid-delivery leaves its records to the
 // next; AckHook and RetryHook are fenced by the claim's attempt number.
 //
+// # Lost history
+//
+// A server that lost committed transactions (an asynchronous standby
+// promoted) hands out numbers and fences again. The Store remembers, in
+// the process, the highest number, watermark and fence it saw of each
+// stream and name, checks every answer that hands one out against the
+// marks noted before its statement, and refuses an answer that goes back
+// with a *store.HistoryLostError (store.ErrHistoryLost): the stream or
+// name stays refused until AcceptHistory or AcceptLeaseHistory; the
+// finding is logged at ERROR and counted (HistoryHealth, for metrics).
+// A process started after the loss cannot tell (history.go).
+//
 // # Pool saturation
 //
 // PoolSaturation (on the Store, or on any pool's statistics) is the share

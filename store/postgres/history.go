@@ -38,7 +38,8 @@ var _ store.HistoryChecker = (*Store)(nil)
 // An answer that goes back is refused (the numbers or the fence are not
 // handed out; the entries the statement made on the new server stay
 // leased by nobody and expire like an abandoned lease), the finding is
-// logged at ERROR level and counted (HistoryHealth), and every later
+// logged at ERROR level and counted (HistoryHealth: once per refusal),
+// and every later
 // lease of the stream, or acquire of the name, fails with the same
 // *store.HistoryLostError until AcceptHistory or AcceptLeaseHistory. A
 // Store in a caller's transaction refuses what its root refuses but
@@ -201,27 +202,32 @@ func (h *history) fence(name string, seen, got int64, granted bool) error {
 }
 
 // lose records a finding on a stream (or a name), refuses it from now on,
-// logs and counts it, and returns it.
+// logs and counts it (unless it was refused already), and returns it.
 func (h *history) lose(stream, name, what string, seen, got int64) error {
 	e := &store.HistoryLostError{Stream: stream, Name: name, What: what, Seen: seen, Got: got, At: h.now()}
 	h.mu.Lock()
+	var lost **store.HistoryLostError
 	if stream != "" {
-		m := h.mark(stream)
-		if m.lost == nil {
-			m.lost = e
-		}
+		lost = &h.mark(stream).lost
 	} else {
 		m := h.names[name]
 		if m == nil {
 			m = &nameMark{fence: seen}
 			h.names[name] = m
 		}
-		if m.lost == nil {
-			m.lost = e
-		}
+		lost = &m.lost
 	}
-	h.losses[lossKey{stream, name}]++
+	first := *lost == nil
+	if first {
+		// Statements sent before the first finding may find it again:
+		// one finding per refusal.
+		*lost = e
+		h.losses[lossKey{stream, name}]++
+	}
 	h.mu.Unlock()
+	if !first {
+		return lostError(e)
+	}
 	h.logger.Error("postgres: the database lost history it had shown: refusing it; "+
 		"an asynchronous standby was promoted? see docs/operations.md, Asynchronous replication",
 		slog.String("stream", stream), slog.String("lease", name), slog.String("what", what),
