@@ -56,6 +56,12 @@ var (
 	// transaction, appending on a store that is no Appender. It changes
 	// nothing; the same call on a store that can do it may succeed.
 	ErrUnsupported = errors.New("seqlease: not supported by this store")
+
+	// ErrReadOnly reports a write asked of a read-only store: a view of a
+	// hot standby (store/postgres's Standby) with nowhere to send it. It
+	// changes nothing and sends nothing to the database; retrying cannot
+	// help, the same call on the primary's store may succeed.
+	ErrReadOnly = errors.New("seqlease: read-only store: writes go to the primary")
 )
 
 // invalidError is an input error: it matches its own sentinel and
