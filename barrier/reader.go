@@ -60,7 +60,9 @@ type ReadOpts struct {
 	// entries since the last save are read again. A failed save is logged
 	// and the next one covers it. It needs Reader, and a Source that
 	// implements CheckpointSaver. Default: 0, the reader saves nothing;
-	// the consumer saves, in its own transaction for exactly-once.
+	// the consumer saves, in its own transaction for exactly-once. A save
+	// refused with store.ErrReadOnly (a store on a standby with nowhere to
+	// save) ends the iteration with that error.
 	SaveEvery int
 	// PageSize is how many entries one read fetches. Default:
 	// DefaultPageSize; at most store.MaxListLimit.
@@ -114,8 +116,10 @@ var (
 // ErrAfterWithReader and ErrSaveWithoutReader (all match
 // store.ErrInvalidArgument, and nothing is read), ErrNoCheckpoints,
 // store.ErrTrimmed (wrapped in *store.TrimmedError) when the start is below
-// the stream's retention low point, the context's error when ctx ends, and
-// ErrStopped when the barrier stops under a follower. Any other failed read
+// the stream's retention low point, store.ErrReadOnly when SaveEvery's
+// save is refused by a read-only source, the context's error when ctx
+// ends, and ErrStopped when the barrier stops under a follower. Any other
+// failed read
 // ends a reader that does not follow (or has StopOnError); a follower
 // retries it. A stream that does not exist yet is empty (and a follower
 // waits for it).
@@ -151,13 +155,19 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 			for _, e := range entries {
 				after = e.Number
 				if e.State == store.Gap && !opts.IncludeGaps {
-					r.pass(ctx, e.Number)
+					if err := r.pass(ctx, e.Number); err != nil {
+						yield(store.Entry{}, err)
+						return
+					}
 					continue
 				}
 				if !yield(e, nil) {
 					return
 				}
-				r.pass(ctx, e.Number)
+				if err := r.pass(ctx, e.Number); err != nil {
+					yield(store.Entry{}, err)
+					return
+				}
 			}
 			if len(entries) == page {
 				continue
@@ -165,7 +175,11 @@ func (b *Barrier) Entries(ctx context.Context, stream string, opts *ReadOpts) it
 			if !opts.Follow {
 				return
 			}
-			r.save(ctx) // caught up: the lag shows 0 while it waits
+			// caught up: the lag shows 0 while it waits
+			if err := r.save(ctx); err != nil {
+				yield(store.Entry{}, err)
+				return
+			}
 			// Everything up to the watermark was read: wait for after+1.
 			if err := b.WaitFor(ctx, stream, after+2); err != nil {
 				yield(store.Entry{}, fmt.Errorf("barrier: follow %s: %w", store.QuoteInput(stream), cause(ctx, err)))
@@ -212,27 +226,37 @@ type reader struct {
 }
 
 // pass notes that the loop body returned from the entry number (or that
-// it was skipped), and saves every SaveEvery of them.
-func (r *reader) pass(ctx context.Context, number int64) {
+// it was skipped), and saves every SaveEvery of them. An error ends the
+// iteration (see save).
+func (r *reader) pass(ctx context.Context, number int64) error {
 	r.passed = number
 	if r.saver != nil && r.passed-r.saved >= int64(r.opts.SaveEvery) {
-		r.save(ctx)
+		return r.save(ctx)
 	}
+	return nil
 }
 
 // save saves the position passed, if SaveEvery asks for saves and it moved.
-func (r *reader) save(ctx context.Context) {
+// A failed save is logged, and the next one covers it; but a save refused
+// with store.ErrReadOnly will never succeed, and is returned to end the
+// iteration.
+func (r *reader) save(ctx context.Context) error {
 	if r.saver == nil || r.passed == r.saved {
-		return
+		return nil
 	}
 	if err := r.saver.SaveCheckpoint(ctx, r.opts.Reader, r.stream, r.passed, nil); err != nil {
+		if errors.Is(err, store.ErrReadOnly) {
+			r.saver = nil // nothing more to save on exit
+			return fmt.Errorf("barrier: read %s as %s: %w", store.QuoteInput(r.stream), store.QuoteInput(r.opts.Reader), err)
+		}
 		if ctx.Err() == nil {
 			r.b.logger.Warn("barrier: save checkpoint failed", slog.String("stream", r.stream),
 				slog.String("reader", r.opts.Reader), slog.Int64("position", r.passed), slog.Any("error", err))
 		}
-		return
+		return nil
 	}
 	r.saved = r.passed
+	return nil
 }
 
 // saveOnExit saves what was passed when the iteration ends, even after ctx
@@ -243,7 +267,7 @@ func (r *reader) saveOnExit(ctx context.Context) {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SaveTimeout)
 	defer cancel()
-	r.save(sctx)
+	_ = r.save(sctx) // a failure is logged
 }
 
 // start returns the position to read after: After, or the reader's saved
