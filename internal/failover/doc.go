@@ -22,4 +22,11 @@
 // refuses every stream and the named lease with store.ErrHistoryLost: no
 // number handed out twice, no fence repeated, the HistoryLost alert
 // firing. It reports how many acknowledged commits were lost.
+//
+// TestStandbyReader commits on the primary while followers read the
+// synchronous standby through a postgres.Standby (woken by the primary's
+// notices, or by polling alone): each must yield exactly the primary's
+// resolved sequence, gaps included, never above the standby's watermark;
+// it logs their lag behind the primary's commits, and checks that a replay
+// from 0 on the standby equals one on the primary.
 package failover
