@@ -28,5 +28,8 @@
 // notices, or by polling alone): each must yield exactly the primary's
 // resolved sequence, gaps included, never above the standby's watermark;
 // it logs their lag behind the primary's commits, and checks that a replay
-// from 0 on the standby equals one on the primary.
+// from 0 on the standby equals one on the primary. TestStandbyPromoted
+// kills the primary under such followers: they ride through the standby's
+// promotion and yield exactly what the new primary holds. It kills a node,
+// so it runs last.
 package failover

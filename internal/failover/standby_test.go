@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,8 +23,6 @@ import (
 )
 
 const (
-	standbySchema  = "standby"
-	standbyStream  = "replica"
 	standbyWorkers = 4
 	standbyLoad    = 5 * time.Second // how long the workers commit
 	releaseEvery   = 10              // every 10th lease is released: a gap
@@ -33,6 +32,7 @@ const (
 // gaps included, and checks each entry as it comes.
 type follower struct {
 	name    string
+	stream  string
 	b       *barrier.Barrier
 	replica *postgres.Standby // reads the standby's watermark for the check; nil: none
 
@@ -45,7 +45,7 @@ type follower struct {
 }
 
 func (f *follower) run(ctx context.Context) {
-	for e, err := range f.b.Entries(ctx, standbyStream, &barrier.ReadOpts{Follow: true, IncludeGaps: true}) {
+	for e, err := range f.b.Entries(ctx, f.stream, &barrier.ReadOpts{Follow: true, IncludeGaps: true}) {
 		if err != nil {
 			if ctx.Err() == nil {
 				f.mu.Lock()
@@ -60,7 +60,7 @@ func (f *follower) run(ctx context.Context) {
 		var snap store.Snapshot
 		var err error
 		if f.replica != nil {
-			snap, err = f.replica.Snapshot(ctx, standbyStream, 1)
+			snap, err = f.replica.Snapshot(ctx, f.stream, 1)
 		} else {
 			snap.Watermark = e.Number // the primary's own follower: no check
 		}
@@ -92,18 +92,31 @@ func (f *follower) count() int {
 	return len(f.got)
 }
 
-// TestStandbyReader runs ordered workers on the primary (through the
-// multi-host URL) while two followers read the stream on the synchronous
-// standby's own pool, through a postgres.Standby: one woken by the
-// primary's notices, one by its poll alone (and, for comparison, one
-// follows on the primary). Each must yield exactly the
-// primary's resolved sequence (numbers, states, payloads, gaps) in order,
-// never a number above the standby's watermark; their lag behind the
-// primary's commits is logged. Then a replay from 0 on the standby must
-// equal one on the primary.
-func TestStandbyReader(t *testing.T) {
+// standbyRig is a schema on the cluster with the writers' Store, barrier,
+// cleanup loop and Leaser on the primary (through the multi-host URL),
+// and followers of its stream.
+type standbyRig struct {
+	schema, stream   string
+	ns               []node
+	primary, standby int // node indexes
+	spool            *pgxpool.Pool
+	s                *postgres.Store
+	b                *barrier.Barrier
+	l                *sequence.Leaser
+	followers        []*follower
+	stop             func() // stops the followers and waits for them
+}
+
+// newStandbyRig migrates schema and starts the writers' side and three
+// followers of stream: two on the synchronous standby through a
+// postgres.Standby, one woken by the primary's notices and one by its
+// poll alone, and, for comparison, one on the primary. The standby's
+// pool uses the cluster's multi-host URL with
+// target_session_attrs=prefer-standby, as docs/readers.md suggests.
+func newStandbyRig(t *testing.T, schema, stream string) *standbyRig {
 	url, ns := nodes(t)
 	ctx := t.Context()
+	r := &standbyRig{schema: schema, stream: stream, ns: ns, primary: -1, standby: -1}
 
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
@@ -111,81 +124,164 @@ func TestStandbyReader(t *testing.T) {
 	cfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
-	defer pool.Close()
-	m, err := migrations.New(&migrations.Config{Schema: standbySchema})
+	t.Cleanup(pool.Close)
+	m, err := migrations.New(&migrations.Config{Schema: schema})
 	require.NoError(t, err)
 	_, err = m.Up(ctx, pool)
 	require.NoError(t, err)
 
-	standby := -1
 	for i, n := range ns {
-		if ok, err := writable(ctx, n.port); err == nil && !ok {
-			standby = i
+		switch ok, err := writable(ctx, n.port); {
+		case err == nil && ok:
+			r.primary = i
+		case err == nil:
+			r.standby = i
 		}
 	}
-	require.GreaterOrEqual(t, standby, 0, "no node is in recovery")
-	t.Logf("standby: node%d (port %d)", standby+1, ns[standby].port)
-	spool, err := pgxpool.New(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/test?sslmode=disable&pool_max_conns=8", ns[standby].port))
+	require.GreaterOrEqual(t, r.primary, 0, "no node accepts writes")
+	require.GreaterOrEqual(t, r.standby, 0, "no node is in recovery")
+	t.Logf("primary: node%d (port %d); standby: node%d (port %d)",
+		r.primary+1, ns[r.primary].port, r.standby+1, ns[r.standby].port)
+	scfg, err := pgxpool.ParseConfig(strings.Replace(url, "target_session_attrs=read-write", "target_session_attrs=prefer-standby", 1))
 	require.NoError(t, err)
-	defer spool.Close()
+	scfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	scfg.MaxConns = 8
+	r.spool, err = pgxpool.NewWithConfig(ctx, scfg)
+	require.NoError(t, err)
+	t.Cleanup(r.spool.Close)
 	var inRecovery bool
-	require.NoError(t, spool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery))
-	require.True(t, inRecovery, "the standby's pool reaches a primary")
+	require.NoError(t, r.spool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery))
+	require.True(t, inRecovery, "the standby's pool reaches the primary")
 	// The migrations reach the synchronous standby before they return
 	// (flushed), and are visible there once replayed.
 	require.Eventually(t, func() bool {
 		var ok bool
-		err := spool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", standbySchema+".entries").Scan(&ok)
+		err := r.spool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", schema+".entries").Scan(&ok)
 		return err == nil && ok
 	}, 30*time.Second, 20*time.Millisecond, "the schema never showed on the standby")
 
-	s, err := postgres.New(pool, &postgres.Config{Schema: standbySchema})
+	r.s, err = postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
-	b, err := barrier.New(s, &barrier.Config{PollInterval: 500 * time.Millisecond})
+	r.b, err = barrier.New(r.s, &barrier.Config{PollInterval: 500 * time.Millisecond})
 	require.NoError(t, err)
-	require.NoError(t, b.Start(ctx))
-	defer b.Stop()
-	cl, err := cleanup.New(s, &cleanup.Config{Interval: time.Second, Barrier: b})
+	require.NoError(t, r.b.Start(ctx))
+	t.Cleanup(r.b.Stop)
+	cl, err := cleanup.New(r.s, &cleanup.Config{Interval: time.Second, Barrier: r.b})
 	require.NoError(t, err)
 	require.NoError(t, cl.Start(ctx))
-	defer cl.Stop()
-	l, err := sequence.New(s, &sequence.Config{Barrier: b, Owner: "standby"})
+	t.Cleanup(cl.Stop)
+	r.l, err = sequence.New(r.s, &sequence.Config{Barrier: r.b, Owner: "standby"})
 	require.NoError(t, err)
 
-	// The followers, each with its Standby and barrier.
 	newFollower := func(name string, sc *postgres.StandbyConfig) *follower {
-		sc.Schema = standbySchema
-		sb, err := postgres.NewStandby(spool, sc)
+		sc.Schema = schema
+		sb, err := postgres.NewStandby(r.spool, sc)
 		require.NoError(t, err)
 		fb, err := barrier.New(sb, nil)
 		require.NoError(t, err)
 		require.NoError(t, fb.Start(ctx))
 		t.Cleanup(fb.Stop)
-		check, err := postgres.NewStandby(spool, &postgres.StandbyConfig{Schema: standbySchema})
+		check, err := postgres.NewStandby(r.spool, &postgres.StandbyConfig{Schema: schema})
 		require.NoError(t, err)
-		return &follower{name: name, b: fb, replica: check, progress: make(chan struct{}, 1)}
+		return &follower{name: name, stream: stream, b: fb, replica: check, progress: make(chan struct{}, 1)}
 	}
-	followers := []*follower{
-		newFollower("notices", &postgres.StandbyConfig{Primary: s}),
+	r.followers = []*follower{
+		newFollower("notices", &postgres.StandbyConfig{Primary: r.s}),
 		newFollower("poll", &postgres.StandbyConfig{PollInterval: 100 * time.Millisecond}),
 		// For comparison: a follower on the primary, through the workers'
 		// barrier, as readers were before.
-		{name: "on the primary", b: b, progress: make(chan struct{}, 1)},
+		{name: "on the primary", stream: stream, b: r.b, progress: make(chan struct{}, 1)},
 	}
-	fctx, stopFollowers := context.WithCancel(ctx)
-	var fwg sync.WaitGroup
-	for _, f := range followers {
-		fwg.Go(func() { f.run(fctx) })
+	fctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, f := range r.followers {
+		wg.Go(func() { f.run(fctx) })
 	}
-	stoppedFollowers := false
-	stopF := func() {
-		if !stoppedFollowers {
-			stoppedFollowers = true
-			stopFollowers()
-			fwg.Wait()
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// replay reads the whole stream through b, gaps included or not.
+func (r *standbyRig) replay(t *testing.T, b *barrier.Barrier, gaps bool) []store.Entry {
+	t.Helper()
+	var out []store.Entry
+	for e, err := range b.Entries(t.Context(), r.stream, &barrier.ReadOpts{IncludeGaps: gaps}) {
+		require.NoError(t, err)
+		out = append(out, e)
+	}
+	return out
+}
+
+// finish waits for every number of the stream to resolve on the primary
+// and for the followers to read them all, stops the followers, and checks
+// what they yielded against a replay on the primary, which it returns,
+// and that every acknowledged commit is in it with its payload. It logs
+// each follower's lag.
+func (r *standbyRig) finish(t *testing.T, acked map[int64][]byte) []store.Entry {
+	t.Helper()
+	ctx := t.Context()
+	stats, err := r.s.Stats(ctx, r.stream)
+	require.NoError(t, err)
+	last := stats.NextNumber - 1
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	require.NoError(t, r.b.WaitFor(wctx, r.stream, last+1), "the stream was not all resolved")
+	cancel()
+	for _, f := range r.followers {
+		deadline := time.After(30 * time.Second)
+		for f.count() < int(last) {
+			select {
+			case <-f.progress:
+			case <-deadline:
+				t.Fatalf("follower %s read %d of %d in 30 s after the load", f.name, f.count(), last)
+			}
 		}
 	}
-	defer stopF()
+	r.stop()
+
+	want := r.replay(t, r.b, true)
+	require.Len(t, want, int(last))
+	gaps := 0
+	for _, e := range want {
+		if e.State == store.Gap {
+			gaps++
+		}
+	}
+	for n, p := range acked {
+		require.LessOrEqual(t, n, last)
+		require.Equal(t, store.Committed, want[n-1].State, "acknowledged %d", n)
+		require.Equal(t, p, want[n-1].Payload, "payload of %d", n)
+	}
+	for _, f := range r.followers {
+		f.mu.Lock()
+		require.NoError(t, f.err, "follower %s", f.name)
+		require.Empty(t, f.problems, "follower %s", f.name)
+		require.Equal(t, want, f.got, "follower %s: not the primary's sequence", f.name)
+		lags := slices.Clone(f.lags)
+		f.mu.Unlock()
+		slices.Sort(lags)
+		q := func(p float64) time.Duration { return lags[int(p*float64(len(lags)-1))].Round(10 * time.Microsecond) }
+		t.Logf("follower %s: %d entries (%d gaps) in order; lag behind the primary's commit (yield - resolved_at), %d committed: p50 %v, p90 %v, p99 %v, max %v",
+			f.name, len(f.got), gaps, len(lags), q(0.5), q(0.9), q(0.99), lags[len(lags)-1].Round(10*time.Microsecond))
+	}
+	return want
+}
+
+// TestStandbyReader runs ordered workers on the primary while followers
+// read the stream on the synchronous standby (see newStandbyRig). Each
+// must yield exactly the primary's resolved sequence (numbers, states,
+// payloads, gaps) in order, never a number above the standby's
+// watermark; their lag behind the primary's commits is logged. Then a
+// replay from 0 on the standby must equal one on the primary.
+func TestStandbyReader(t *testing.T) {
+	ctx := t.Context()
+	r := newStandbyRig(t, "standby", "replica")
 
 	// The load: ordered commits, every releaseEvery-th lease released.
 	var (
@@ -193,26 +289,27 @@ func TestStandbyReader(t *testing.T) {
 		acked = map[int64][]byte{}
 		fails = map[string]int{}
 	)
+	fail := func(what string, err error) {
+		amu.Lock()
+		fails[what+": "+err.Error()]++
+		amu.Unlock()
+	}
 	lctx, stopLoad := context.WithTimeout(ctx, standbyLoad)
 	defer stopLoad()
 	var wg sync.WaitGroup
 	for w := range standbyWorkers {
 		wg.Go(func() {
 			for i := 0; lctx.Err() == nil; i++ {
-				x, err := l.Lease(lctx, standbyStream, &sequence.LeaseOpts{TTL: 5 * time.Second})
+				x, err := r.l.Lease(lctx, r.stream, &sequence.LeaseOpts{TTL: 5 * time.Second})
 				if err != nil {
 					if lctx.Err() == nil {
-						amu.Lock()
-						fails["lease: "+err.Error()]++
-						amu.Unlock()
+						fail("lease", err)
 					}
 					continue
 				}
 				if i%releaseEvery == releaseEvery-1 {
-					if err := x.Release(context.WithoutCancel(lctx)); err != nil {
-						amu.Lock()
-						fails["release: "+err.Error()]++
-						amu.Unlock()
+					if err := x.Release(ctx); err != nil {
+						fail("release", err)
 					}
 					continue
 				}
@@ -220,9 +317,7 @@ func TestStandbyReader(t *testing.T) {
 				// Not lctx: a commit cut at the load's end would leave its
 				// number to the cleanup loop.
 				if err := x.Commit(ctx, payload); err != nil {
-					amu.Lock()
-					fails["commit: "+err.Error()]++
-					amu.Unlock()
+					fail("commit", err)
 					continue
 				}
 				amu.Lock()
@@ -235,77 +330,74 @@ func TestStandbyReader(t *testing.T) {
 	t.Logf("load: %d workers for %v: %d acknowledged commits (%.0f/s); failed calls: %v",
 		standbyWorkers, standbyLoad, len(acked), float64(len(acked))/standbyLoad.Seconds(), fails)
 	require.NotEmpty(t, acked)
-
-	// Everything resolved on the primary: the last number.
-	stats, err := s.Stats(ctx, standbyStream)
-	require.NoError(t, err)
-	last := stats.NextNumber - 1
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	require.NoError(t, b.WaitFor(wctx, standbyStream, last+1), "the stream was not all resolved")
-	cancel()
-
-	// The followers catch up.
-	for _, f := range followers {
-		deadline := time.After(30 * time.Second)
-		for f.count() < int(last) {
-			select {
-			case <-f.progress:
-			case <-deadline:
-				t.Fatalf("follower %s read %d of %d in 30 s after the load", f.name, f.count(), last)
-			}
-		}
-	}
-	stopF()
-
-	// The primary's sequence, replayed on the primary.
-	replay := func(b *barrier.Barrier, gaps bool) []store.Entry {
-		var out []store.Entry
-		for e, err := range b.Entries(ctx, standbyStream, &barrier.ReadOpts{IncludeGaps: gaps}) {
-			require.NoError(t, err)
-			out = append(out, e)
-		}
-		return out
-	}
-	want := replay(b, true)
-	require.Len(t, want, int(last))
-	gaps := 0
-	for _, e := range want {
-		if e.State == store.Gap {
-			gaps++
-		} else if p, ok := acked[e.Number]; ok {
-			require.Equal(t, p, e.Payload, "payload of %d", e.Number)
-		}
-	}
-	for n := range acked {
-		require.LessOrEqual(t, n, last)
-		require.Equal(t, store.Committed, want[n-1].State, "acknowledged %d", n)
-	}
-
-	for _, f := range followers {
-		f.mu.Lock()
-		require.NoError(t, f.err, "follower %s", f.name)
-		require.Empty(t, f.problems, "follower %s", f.name)
-		require.Equal(t, want, f.got, "follower %s: not the primary's sequence", f.name)
-		lags := slices.Clone(f.lags)
-		f.mu.Unlock()
-		slices.Sort(lags)
-		q := func(p float64) time.Duration { return lags[int(p*float64(len(lags)-1))].Round(10 * time.Microsecond) }
-		t.Logf("follower %s: %d entries (%d gaps) in order; lag behind the primary's commit (yield - resolved_at), %d committed: p50 %v, p90 %v, p99 %v, max %v",
-			f.name, len(f.got), gaps, len(lags), q(0.5), q(0.9), q(0.99), lags[len(lags)-1].Round(10*time.Microsecond))
-	}
+	want := r.finish(t, acked)
 
 	// A replay from 0 on the standby equals one on the primary, with and
 	// without gaps.
-	sb, err := postgres.NewStandby(spool, &postgres.StandbyConfig{Schema: standbySchema})
+	sb, err := postgres.NewStandby(r.spool, &postgres.StandbyConfig{Schema: r.schema})
 	require.NoError(t, err)
 	onStandby, err := barrier.New(sb, nil)
 	require.NoError(t, err)
 	require.NoError(t, onStandby.Start(ctx))
 	defer onStandby.Stop()
-	require.Equal(t, want, replay(onStandby, true), "replay with gaps")
-	require.Equal(t, replay(b, false), replay(onStandby, false), "replay without gaps")
-	w, err := onStandby.Watermark(ctx, standbyStream)
+	require.Equal(t, want, r.replay(t, onStandby, true), "replay with gaps")
+	require.Equal(t, r.replay(t, r.b, false), r.replay(t, onStandby, false), "replay without gaps")
+	w, err := onStandby.Watermark(ctx, r.stream)
 	require.NoError(t, err)
-	require.Equal(t, last, w)
-	t.Logf("replay from 0: %d entries, %d gaps, equal on the standby and the primary", len(want), gaps)
+	require.EqualValues(t, len(want), w)
+	t.Logf("replay from 0: %d entries, equal on the standby and the primary", len(want))
+}
+
+// TestStandbyPromoted has followers read the synchronous standby while
+// ordered workers commit, kills the primary node so that the standby is
+// promoted, and checks that the followers go on, without a restart, and
+// yield exactly the sequence the new primary holds. It kills a node, so
+// it runs after TestStandbyReader, which needs both.
+func TestStandbyPromoted(t *testing.T) {
+	ctx := t.Context()
+	r := newStandbyRig(t, "promoted", "promoted")
+	g := &ledger{
+		leased:  map[string]map[int64]string{r.stream: {}},
+		acked:   map[string]map[int64][]byte{r.stream: {}},
+		errs:    map[string]int{},
+		resumed: make(chan struct{}),
+		warm:    make(chan struct{}),
+	}
+	lctx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	started := make(chan struct{}, standbyWorkers)
+	for w := range standbyWorkers {
+		wg.Go(func() { work(lctx, g, r.l, r.stream, fmt.Sprintf("w%d", w), started) })
+	}
+	stop := sync.OnceFunc(func() {
+		stopLoad()
+		wg.Wait()
+	})
+	defer stop()
+	select {
+	case <-g.warm:
+	case <-time.After(time.Minute):
+		t.Fatalf("fewer than %d commits within a minute before the kill", warmup)
+	}
+	kill(t, r.ns[r.primary])
+	g.mu.Lock()
+	g.killedAt = time.Now()
+	g.mu.Unlock()
+	t.Logf("killed node%d (the primary)", r.primary+1)
+	select {
+	case <-g.resumed:
+	case <-time.After(resumeWait):
+		t.Fatalf("fewer than %d commits within %v of the kill", afterKill, resumeWait)
+	}
+	stop()
+	ok, err := writable(ctx, r.ns[r.standby].port)
+	require.NoError(t, err)
+	require.True(t, ok, "node%d was not promoted", r.standby+1)
+	g.mu.Lock()
+	acked := g.acked[r.stream]
+	t.Logf("acknowledged commits: %d; failed calls: %v", len(acked), g.errs)
+	g.mu.Unlock()
+	want := r.finish(t, acked)
+	require.Empty(t, g.dups, "numbers handed out twice")
+	t.Logf("followers read %d entries across the promotion, equal to the new primary's", len(want))
 }
