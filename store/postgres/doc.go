@@ -64,6 +64,16 @@
 // call does, before it returns. The Store's own Watch hears of its
 // resolutions in process and skips its own notices (notice.go).
 //
+// # Standbys
+//
+// A Standby (standby.go) reads a schema on a hot standby for ordered
+// readers: a barrier.Source that sends the standby only reads (it refuses
+// LISTEN, NOTIFY and writes), wakes its barrier by polling the standby
+// and, given the primary's Store, on the primary's notices once the
+// standby has replayed past them, and keeps checkpoints on the primary.
+// Resolved entries never change, so what it reads is the primary's
+// sequence, as far as the standby has replayed it.
+//
 // # Listening
 //
 // Watch and WatchLeases LISTEN on the schema's channel, each on a
