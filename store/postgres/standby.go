@@ -72,7 +72,8 @@ type StandbyConfig struct {
 	// *pgxpool.Pool, as Config.AcquireTimeout does. Default:
 	// DefaultAcquireTimeout (5 s).
 	AcquireTimeout time.Duration
-	// Primary is the Store on the primary (a pool, not a transaction).
+	// Primary is the Store on the primary: on a pool (or with
+	// Config.ListenDSN), not in a transaction.
 	// Checkpoint reads and writes go to it: SaveCheckpoint and
 	// DeleteCheckpoint, and Checkpoint, so that a reader starts after
 	// the position it last saved even when the standby has not replayed
@@ -126,6 +127,11 @@ func NewStandby(db DB, cfg *StandbyConfig) (*Standby, error) {
 	case cfg.Primary != nil && cfg.Primary.channel != schema:
 		return nil, fmt.Errorf("postgres: StandbyConfig.Schema %s is not Primary's schema %s: %w",
 			store.QuoteInput(schema), store.QuoteInput(cfg.Primary.channel), store.ErrInvalidArgument)
+	}
+	if cfg.Primary != nil {
+		if _, err := cfg.Primary.connector("standby"); err != nil {
+			return nil, fmt.Errorf("postgres: StandbyConfig.Primary cannot listen: %w: %w", store.ErrInvalidArgument, err)
+		}
 	}
 	logger := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	// New's logger only warns of a pool smaller than what writers need,

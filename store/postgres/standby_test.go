@@ -352,6 +352,9 @@ func TestStandbyWithPrimary(t *testing.T) {
 	require.Positive(t, replayChecks, "no notice waited for the standby's replay")
 }
 
+// noPool is a DB that cannot hand out a connection to LISTEN on.
+type noPool struct{ postgres.DB }
+
 // TestNewStandbyConfig checks that bad config is refused with
 // store.ErrInvalidArgument.
 func TestNewStandbyConfig(t *testing.T) {
@@ -362,12 +365,15 @@ func TestNewStandbyConfig(t *testing.T) {
 	tx, err := pool.Begin(t.Context())
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
+	onTx, err := postgres.New(&noPool{pool}, &postgres.Config{Schema: "a"}) // cannot LISTEN
+	require.NoError(t, err)
 	for name, cfg := range map[string]*postgres.StandbyConfig{
-		"negative poll":        {PollInterval: -1},
-		"negative replay poll": {ReplayPollInterval: -time.Second},
-		"bad schema":           {Schema: "a\x00b"},
-		"other schema":         {Schema: "b", Primary: primary},
-		"primary in a tx":      {Schema: "a", Primary: primary.InTx(tx)},
+		"negative poll":         {PollInterval: -1},
+		"negative replay poll":  {ReplayPollInterval: -time.Second},
+		"bad schema":            {Schema: "a\x00b"},
+		"other schema":          {Schema: "b", Primary: primary},
+		"primary in a tx":       {Schema: "a", Primary: primary.InTx(tx)},
+		"primary cannot listen": {Schema: "a", Primary: onTx},
 	} {
 		_, err := postgres.NewStandby(pool, cfg)
 		require.ErrorIs(t, err, store.ErrInvalidArgument, name)
