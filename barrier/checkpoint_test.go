@@ -501,3 +501,41 @@ func TestSaveEveryNeedsAReader(t *testing.T) {
 	_, err = readAll(plain, "s", &barrier.ReadOpts{Reader: "r", SaveEvery: 10})
 	require.ErrorIs(t, err, barrier.ErrNoCheckpoints)
 }
+
+// readOnlySaver is a memory Store whose checkpoint saves are refused as
+// read-only, as a store on a standby without a primary refuses them.
+type readOnlySaver struct {
+	*memory.Store
+	saves atomic.Int32
+}
+
+func (r *readOnlySaver) SaveCheckpoint(context.Context, string, string, int64, *store.SaveCheckpointParams) error {
+	r.saves.Add(1)
+	return store.ErrReadOnly
+}
+
+// TestSaveRefusedAsReadOnlyEndsTheReader: a save refused with
+// store.ErrReadOnly can never succeed, so it ends the iteration (after a
+// skipped gap as after an entry, and at a follower's catch-up) instead of
+// being logged and retried at every save.
+func TestSaveRefusedAsReadOnlyEndsTheReader(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	src := &readOnlySaver{Store: memory.New(nil)}
+	b := start(t, src, nil)
+	es := lease(t, src, "s", 4)
+	require.NoError(t, src.Release(ctx, "s", 1, es[0].Token, nil))
+	for _, e := range es[1:] {
+		commit(t, src, e)
+	}
+	got, err := readAll(b, "s", &barrier.ReadOpts{Reader: "r", SaveEvery: 1})
+	require.ErrorIs(t, err, store.ErrReadOnly)
+	require.Empty(t, got, "the skipped gap 1 was the first save")
+	got, err = readAll(b, "s", &barrier.ReadOpts{Reader: "r", SaveEvery: 2, IncludeGaps: true})
+	require.ErrorIs(t, err, store.ErrReadOnly)
+	require.Equal(t, []int64{1, 2}, got)
+	got, err = readAll(b, "s", &barrier.ReadOpts{Reader: "r", SaveEvery: 100, Follow: true})
+	require.ErrorIs(t, err, store.ErrReadOnly, "the save at the catch-up")
+	require.Equal(t, []int64{2, 3, 4}, got)
+	require.EqualValues(t, 3, src.saves.Load(), "one refused save each, none on exit")
+}
