@@ -57,10 +57,14 @@ var (
 	// nothing; the same call on a store that can do it may succeed.
 	ErrUnsupported = errors.New("seqlease: not supported by this store")
 
-	// ErrReadOnly reports a write asked of a read-only store: a view of a
-	// hot standby (store/postgres's Standby) with nowhere to send it. It
-	// changes nothing and sends nothing to the database; retrying cannot
-	// help, the same call on the primary's store may succeed.
+	// ErrReadOnly reports a write that cannot be made because the store
+	// or the server is read-only. From a read-only view of a hot standby
+	// (store/postgres's Standby) with nowhere to send the write, it changes
+	// nothing and sends nothing, and retrying cannot help: the same call on
+	// the primary's store may succeed. From a server that refuses writes
+	// (a hot standby or a read-only session reached by a Store's pool, as
+	// during a failover, and store/postgres's Ping) the server changed
+	// nothing; a retry may pass once the pool reaches the primary.
 	ErrReadOnly = errors.New("seqlease: read-only store: writes go to the primary")
 )
 

@@ -7,12 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-)
 
-// ErrReadOnly reports a server that refuses writes: a hot standby, or a
-// session or transaction that is read-only (default_transaction_read_only,
-// as a standby's sessions are). Ping returns it.
-var ErrReadOnly = errors.New("postgres: the server refuses writes")
+	"github.com/seqlease/seqlease/store"
+)
 
 // Ping proves that the database is reachable and takes this Store's
 // writes, in one round trip that changes nothing: an UPDATE of the
@@ -24,7 +21,7 @@ var ErrReadOnly = errors.New("postgres: the server refuses writes")
 // ROW EXCLUSIVE lock for the instant of the statement, which waits only
 // for a migration that holds the table.
 //
-// A read-only server fails with an error matching ErrReadOnly that says
+// A read-only server fails with an error matching store.ErrReadOnly that says
 // whether it is a standby (pg_is_in_recovery(), a second query); a
 // schema not migrated with ErrSchemaMissing; a context that ended with
 // its error.
@@ -40,12 +37,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	var standby bool
 	if err := s.db.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
-		return fmt.Errorf("ping: %w: %s (and pg_is_in_recovery() failed: %v)", ErrReadOnly, pgErr.Message, err)
+		return fmt.Errorf("ping: %w: %s (and pg_is_in_recovery() failed: %v)", store.ErrReadOnly, pgErr.Message, err)
 	}
 	if standby {
 		return fmt.Errorf("ping: %w: it is a hot standby (pg_is_in_recovery() is true): "+
-			"connect to the primary, e.g. with target_session_attrs=read-write in a multi-host URL", ErrReadOnly)
+			"connect to the primary, e.g. with target_session_attrs=read-write in a multi-host URL", store.ErrReadOnly)
 	}
 	return fmt.Errorf("ping: %w: the session is read-only (%s): check default_transaction_read_only "+
-		"for this role, database or connection", ErrReadOnly, pgErr.Message)
+		"for this role, database or connection", store.ErrReadOnly, pgErr.Message)
 }

@@ -2,11 +2,14 @@ package postgres_test
 
 import (
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/internal/pgtest"
+	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
 )
 
@@ -41,7 +44,7 @@ func TestPing(t *testing.T) {
 	ro, err := postgres.New(readOnlyPool(t), &postgres.Config{Schema: schema})
 	require.NoError(t, err)
 	err = ro.Ping(t.Context())
-	require.ErrorIs(t, err, postgres.ErrReadOnly)
+	require.ErrorIs(t, err, store.ErrReadOnly)
 	require.ErrorContains(t, err, "the session is read-only")
 
 	missing, err := postgres.New(pool, &postgres.Config{Schema: pgtest.ReserveSchema(t, pool)})
@@ -54,4 +57,25 @@ func TestPing(t *testing.T) {
 	gone, err := postgres.New(closed, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
 	require.ErrorContains(t, gone.Ping(t.Context()), "closed pool")
+}
+
+// TestWriteOnReadOnlyServer checks that a Store whose pool reached a
+// server that refuses writes (a standby during a failover) reports it as
+// store.ErrReadOnly, keeping the server's error, and hands out nothing.
+func TestWriteOnReadOnlyServer(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	ro, err := postgres.New(readOnlyPool(t), &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = ro.Lease(t.Context(), "s", []store.LeaseRequest{{TTL: time.Minute}}, &store.LeaseParams{Owner: "w"})
+	require.ErrorIs(t, err, store.ErrReadOnly)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "the server's error is kept")
+	require.Equal(t, "25006", pgErr.Code)
+
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = s.Stats(t.Context(), "s")
+	require.ErrorIs(t, err, store.ErrStreamNotFound, "nothing was handed out")
 }

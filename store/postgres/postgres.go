@@ -843,6 +843,8 @@ func interpretError(op string, err error) error {
 		return fmt.Errorf("%s: %w: %s (run the migrations)", op, ErrSchemaMissing, pgErr.Message)
 	case errors.As(err, &pgErr) && pgErr.Code == "3F000": // invalid_schema_name
 		return fmt.Errorf("%s: %w: %s (run the migrations)", op, ErrSchemaMissing, pgErr.Message)
+	case errors.As(err, &pgErr) && pgErr.Code == "25006": // read_only_sql_transaction
+		return fmt.Errorf("%s: %w: %w", op, store.ErrReadOnly, err)
 	case errors.As(err, &pgErr) && isPoolerCode(pgErr):
 		return fmt.Errorf("%s: %w", op, &PoolerError{Code: pgErr.Code, Err: err})
 	}
