@@ -485,7 +485,7 @@ func TestDatabaseReadOnly(t *testing.T) {
 	require.NoError(t, err)
 	c, err := health.New(&health.Config{Database: s, Streams: s})
 	require.NoError(t, err)
-	requireUnhealthy(t, c, health.CheckDatabase, "", "the server refuses writes: the session is read-only")
+	requireUnhealthy(t, c, health.CheckDatabase, "", "read-only: writes refused: the session is read-only")
 }
 
 // blockingPinger answers only when its context ends.

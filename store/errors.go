@@ -65,7 +65,7 @@ var (
 	// (a hot standby or a read-only session reached by a Store's pool, as
 	// during a failover, and store/postgres's Ping) the server changed
 	// nothing; a retry may pass once the pool reaches the primary.
-	ErrReadOnly = errors.New("seqlease: read-only store: writes go to the primary")
+	ErrReadOnly = errors.New("seqlease: read-only: writes refused")
 )
 
 // invalidError is an input error: it matches its own sentinel and
