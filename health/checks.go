@@ -69,6 +69,48 @@ func (c *Checker) listen(context.Context) []Component {
 	return []Component{comp}
 }
 
+// maxRefusedNamed bounds the refusals a history result names.
+const maxRefusedNamed = 5
+
+// history reads what Config.History found: it fails while any stream or
+// named lease is refused for lost history, naming the first few.
+func (c *Checker) history(context.Context) []Component {
+	h := c.cfg.History.HistoryHealth()
+	var losses int64
+	for _, l := range h.Losses {
+		losses += l.Count
+	}
+	comp := Component{Check: CheckHistory, Observed: map[string]any{
+		"refused": int64(len(h.Refused)), "losses": losses,
+	}}
+	if len(h.Refused) == 0 {
+		comp.Healthy = true
+		comp.Message = "no stream or named lease refused for lost history"
+		if losses > 0 {
+			comp.Message += fmt.Sprintf(" (%d refusals accepted since start)", losses)
+		}
+		return []Component{comp}
+	}
+	var b strings.Builder
+	for i, e := range h.Refused {
+		if i == maxRefusedNamed {
+			fmt.Fprintf(&b, "; and %d more", len(h.Refused)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if e.Name != "" {
+			fmt.Fprintf(&b, "named lease %s: fence %d after %d", store.QuoteInput(e.Name), e.Got, e.Seen)
+		} else {
+			fmt.Fprintf(&b, "stream %s: %s %d after %d", store.QuoteInput(e.Stream), e.What, e.Got, e.Seen)
+		}
+	}
+	comp.Message = fmt.Sprintf("%d refused because the database lost history (an asynchronous standby promoted?): %s; "+
+		"decide, then accept it (AcceptHistory, AcceptLeaseHistory) or restart", len(h.Refused), b.String())
+	return []Component{comp}
+}
+
 // cleanup reads Config.Cleanup's status.
 func (c *Checker) cleanup(context.Context) []Component {
 	st := c.cfg.Cleanup.Status()

@@ -6,6 +6,7 @@
 //	checker, err := health.New(&health.Config{
 //		Database:    st,      // *postgres.Store: reachable and writable
 //		Listen:      st,      // its watches hear the other processes
+//		History:     st,      // no stream refused for lost history
 //		Cleanup:     cleaner, // *cleanup.Service: runs, and passes
 //		Streams:     st,      // each stream's watermark
 //		Checkpoints: st,      // each reader's checkpoint
@@ -25,6 +26,9 @@
 //	          when none runs, when one is deaf (its own notice never came
 //	          back: a transaction-mode pooler), or when one has not heard
 //	          for ListenGrace (connecting, reconnecting)
+//	history   the store's findings of lost history (store/postgres, after
+//	          an asynchronous failover): fails while a stream or named
+//	          lease is refused with store.ErrHistoryLost, naming them
 //	cleanup   the loop's Status: fails when it is not running, or when no
 //	          full pass over the expired leases ended for CleanupStale
 //	          (default three intervals)

@@ -58,7 +58,7 @@ const (
 )
 
 // Config configures a Checker. Each check runs only when its source is
-// set (Database, Listen, Cleanup, Streams, Checkpoints); at least one must
+// set (Database, Listen, History, Cleanup, Streams, Checkpoints); at least one must
 // be. The zero value of every other field means its default.
 type Config struct {
 	// Database is checked to be reachable and writable ("database"):
@@ -73,6 +73,10 @@ type Config struct {
 	// self-check heard nothing (deaf) fails it at once. Default:
 	// DefaultListenGrace (15 s).
 	ListenGrace time.Duration
+	// History is checked for streams and named leases refused because the
+	// database went back on history it had shown ("history"): a
+	// *postgres.Store, after an asynchronous failover. Optional.
+	History store.HistoryChecker
 	// Cleanup is checked to run and to finish full passes ("cleanup"): a
 	// *cleanup.Service. Optional.
 	Cleanup Cleaner
@@ -141,8 +145,10 @@ type Checker struct {
 // New returns a Checker of cfg, or an error matching
 // store.ErrInvalidArgument that names the field at fault.
 func New(cfg *Config) (*Checker, error) {
-	if cfg == nil || (cfg.Database == nil && cfg.Listen == nil && cfg.Cleanup == nil && cfg.Streams == nil && cfg.Checkpoints == nil) {
-		return nil, fmt.Errorf("health: Config checks nothing: set Database, Listen, Cleanup, Streams or Checkpoints: %w", store.ErrInvalidArgument)
+	if cfg == nil || (cfg.Database == nil && cfg.Listen == nil && cfg.History == nil && cfg.Cleanup == nil &&
+		cfg.Streams == nil && cfg.Checkpoints == nil) {
+		return nil, fmt.Errorf("health: Config checks nothing: set Database, Listen, History, Cleanup, Streams or Checkpoints: %w",
+			store.ErrInvalidArgument)
 	}
 	c := *cfg
 	for _, f := range []struct {
@@ -203,6 +209,7 @@ func New(cfg *Config) (*Checker, error) {
 const (
 	CheckDatabase = "database" // Config.Database: reachable and writable
 	CheckListen   = "listen"   // Config.Listen: the watches hear
+	CheckHistory  = "history"  // Config.History: nothing refused for lost history
 	CheckCleanup  = "cleanup"  // Config.Cleanup: the loop runs and passes
 	CheckStreams  = "streams"  // Config.Streams: the listing itself (failed, cut short)
 	CheckStream   = "stream"   // Config.Streams: one stream's watermark
@@ -221,7 +228,7 @@ type Report struct {
 	Duration  time.Duration `json:"-"`
 	// DurationSeconds is Duration in seconds, for the JSON.
 	DurationSeconds float64 `json:"duration_seconds"`
-	// Components are the results: database, listen, cleanup, then the
+	// Components are the results: database, listen, history, cleanup, then the
 	// streams in name order, then the readers in (reader, stream) order.
 	Components []Component `json:"components"`
 }
@@ -257,6 +264,7 @@ func (c *Checker) Check(ctx context.Context) Report {
 	runs := []*run{
 		{enabled: c.cfg.Database != nil, fn: c.database},
 		{enabled: c.cfg.Listen != nil, fn: c.listen},
+		{enabled: c.cfg.History != nil, fn: c.history},
 		{enabled: c.cfg.Cleanup != nil, fn: c.cleanup},
 		{enabled: c.cfg.Streams != nil, fn: c.streams},
 		{enabled: c.cfg.Checkpoints != nil, fn: c.readers},

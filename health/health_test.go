@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -581,4 +582,40 @@ func TestConfig(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrInvalidArgument, field)
 		require.ErrorContains(t, err, field)
 	}
+}
+
+// TestHistoryLost checks the history component on PostgreSQL: healthy
+// while the database keeps its history; unhealthy, naming the stream,
+// once the server went back on numbers it had handed out (what a promoted
+// asynchronous standby does, made here by rewinding the stream in SQL);
+// healthy again, counting the accepted refusal, after AcceptHistory.
+func TestHistoryLost(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	c, err := health.New(&health.Config{History: s})
+	require.NoError(t, err)
+	commit(t, s, "h<1>", 3)
+	code, rep := serve(t, c)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "no stream or named lease refused for lost history", find(rep, health.CheckHistory, "")[0].Message)
+
+	q := pgx.Identifier{schema}.Sanitize()
+	_, err = pool.Exec(t.Context(), `UPDATE `+q+`.streams SET last_number = 1 WHERE name = $1`, "h<1>")
+	require.NoError(t, err)
+	_, err = pool.Exec(t.Context(), `DELETE FROM `+q+`.entries WHERE stream = $1 AND number > 1`, "h<1>")
+	require.NoError(t, err)
+	_, err = s.Lease(t.Context(), "h<1>", []store.LeaseRequest{{TTL: time.Minute}}, nil)
+	require.ErrorIs(t, err, store.ErrHistoryLost)
+
+	comp := requireUnhealthy(t, c, health.CheckHistory, "", `1 refused because the database lost history`)
+	require.Contains(t, comp.Message, `stream "h<1>": number 2 after 3`)
+	require.Equal(t, float64(1), comp.Observed["refused"])
+
+	require.NoError(t, s.AcceptHistory("h<1>"))
+	code, rep = serve(t, c)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, find(rep, health.CheckHistory, "")[0].Message, "(1 refusals accepted since start)")
 }
