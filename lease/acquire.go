@@ -166,15 +166,41 @@ func (m *Manager) register(l *Lease) bool {
 	return true
 }
 
-// unregister removes l from the live leases.
+// unregister removes l, which is over, from the leases that hold their
+// names; it stays among the live leases until it is settled (retire).
 func (m *Manager) unregister(l *Lease) {
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
-	delete(m.live, l)
 	if m.held[l.name] == l {
 		delete(m.held, l.name)
 		m.forgetRivals(l.name)
 	}
+}
+
+// retire removes l, over and settled, from the live leases: Stop no longer
+// releases it.
+func (m *Manager) retire(l *Lease) {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	delete(m.live, l)
+}
+
+// goReleaseAfterEnd runs l.releaseAfterEnd in the background, owned by m
+// (Stop waits for it), and returns true; once Stop began, it returns false
+// (Stop releases the live leases, l among them). l.mu must be held.
+func (m *Manager) goReleaseAfterEnd(l *Lease) bool {
+	m.qmu.Lock()
+	defer m.qmu.Unlock()
+	if m.isStopping() {
+		return false
+	}
+	l.cleaning = true
+	m.bg.Add(1) // under qmu, not stopping: Stop waits for it
+	go func() {
+		defer m.bg.Done()
+		l.release()
+	}()
+	return true
 }
 
 // TryAcquire acquires name if it is free, and returns at once: a *HeldError

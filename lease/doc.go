@@ -152,7 +152,23 @@
 // and the WAL is flushed in order).
 // A lost connection makes renewals fail and retry until the local deadline,
 // then the lease ends with ErrLost and the Context is cancelled before the
-// backend's expiry. Bad input fails with an error matching
+// backend's expiry.
+//
+// A renewal can fail with its outcome unknown (ErrOutcomeUnknown): its
+// statement may have been sent and its answer lost (the connection, or a
+// context that ended meanwhile), so the backend may have moved the expiry
+// a full TTL past what the holder was told. While the lease is held this
+// changes nothing (a later renewal or a Release settles it). A lease that
+// ends otherwise with such a renewal behind it, or whose renewal lands
+// after it ended (its local deadline passed while the statement was out),
+// is released by the library in the background, fenced by its token: the
+// same release the keep-alive sends when it gives a lease up
+// (releaseAfterEnd). Until then the lease stays among the Manager's live
+// leases, so Stop releases it, or waits for that release. A renewal that
+// certainly did not run (refused, or not sent) releases nothing: the
+// holding then expires within the safety margin of the local deadline.
+//
+// Bad input fails with an error matching
 // ErrInvalidArgument and changes nothing. No PostgreSQL advisory locks are
 // used: they do not survive transaction-mode poolers.
 package lease

@@ -58,6 +58,11 @@ func OnDrain(m *Manager, f func()) { m.testHooks.drain = f }
 // for the renewal in progress.
 func OnRenewWaits(m *Manager, f func(name string)) { m.testHooks.renewWaits = f }
 
+// OnCleanup makes m call f whenever it releases a holding whose lease is
+// over, in the background or from the keep-alive (releaseAfterEnd), before
+// the release is sent.
+func OnCleanup(m *Manager, f func(name string, fence int64)) { m.testHooks.cleanup = f }
+
 // SetListPage sets how many holdings m lists per statement.
 func SetListPage(m *Manager, n int) { m.listPage = n }
 
@@ -78,3 +83,8 @@ func SetWaveWait(m *Manager, d time.Duration) { m.wave.SetMinWait(d) }
 func InFlight(m *Manager) (acquires, releases int) {
 	return m.acquires.InFlight(), m.releases.InFlight()
 }
+
+// FireDeadline runs l's local-deadline timer now, as when it fires: the
+// lease ends if its local deadline passed by the Manager's clock
+// (Config.Now), and is left alone otherwise.
+func FireDeadline(l *Lease) { l.onDeadline() }

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,9 @@ type Lease struct {
 	keepAlive  *keepAlive
 	releasedDB bool // the backend recorded a release of this holding
 	released   bool // its holder's Release succeeded
+	inFlight   bool // a renewal is out in the backend
+	unsure     bool // a renewal's outcome was unknown, or it landed after the end: see settleLocked
+	cleaning   bool // releaseAfterEnd runs
 	ctx        context.Context
 	cancelCtx  context.CancelCauseFunc
 	over       chan struct{} // closed when the lease is over
@@ -220,6 +224,39 @@ func (l *Lease) endLocked(cause error) {
 	// live ones knows its end was told (its last event queued before the
 	// subscriptions end).
 	l.m.unregister(l)
+	l.settleLocked()
+}
+
+// settleLocked settles a lease that is over with what the backend may still
+// hold: a renewal whose outcome was unknown, or that landed after the lease
+// ended, may have moved the holding's expiry a full TTL past what its holder
+// was told, so that nobody could take the name until then. Such a holding
+// is released in the background (releaseAfterEnd: fenced by its token, it
+// never ends a later holding of the name). Until it is settled the lease
+// stays among the Manager's live leases, so that Stop releases it (or waits
+// for its release). It waits for the renewal still out, if one is: Renew
+// settles it when the answer comes. l.mu must be held.
+func (l *Lease) settleLocked() {
+	if l.cause == nil || l.inFlight || l.cleaning {
+		return
+	}
+	if l.releasedDB || endedInBackend(l.cause) {
+		l.unsure = false
+	}
+	if l.unsure && l.m.goReleaseAfterEnd(l) {
+		return
+	}
+	if !l.unsure { // else Stop began, and releases it with the live leases
+		l.m.retire(l)
+	}
+}
+
+// endedInBackend reports whether cause says that the holding ended in the
+// backend, or that its holder's Release ends it there: no renewal can land
+// after that.
+func endedInBackend(cause error) bool {
+	return errors.Is(cause, ErrReleased) || errors.Is(cause, ErrForceReleased) ||
+		errors.Is(cause, ErrNotHolder) || errors.Is(cause, ErrStaleFence)
 }
 
 // endKind names the event of a lease that ended with cause.
@@ -239,8 +276,24 @@ func endKind(cause error) EventKind {
 // TTL. On success the local deadline moves to the start of this attempt +
 // TTL - the safety margin. A refusal that can never succeed (the lease
 // expired, was superseded, released or force-released) ends the lease;
-// ErrMaxRenewals and transient errors (a lost connection) leave it as it
-// was, held until its local deadline.
+// ErrMaxRenewals leaves it as it was, held until its local deadline.
+//
+// A renewal can also fail with its outcome unknown: its statement may have
+// been sent, and the answer did not come (a lost connection, ctx ended
+// while the backend worked). The error then matches ErrOutcomeUnknown
+// (and wraps the failure): the backend may hold the holding up to a TTL
+// past what its holder was told. If the lease is still held (Err is nil),
+// it stays held until its local deadline, as before the call: renew again,
+// or release it. If it is over (its local deadline passed while the
+// renewal was out; the error matches Err's cause too), the handle is over
+// for the caller, and the library settles the rest: it releases the
+// holding in the background, fenced by its token (it never ends a later
+// holding of the name), and Stop waits for that release. The same
+// happens when a lease that had a renewal of unknown outcome ends at its
+// local deadline later, and when a renewal is applied but its answer comes
+// after the lease ended (Renew then returns the end, not
+// ErrOutcomeUnknown). A renewal that certainly did not run (refused by the
+// backend, or not sent because ctx had ended) releases nothing.
 //
 // Renewals of a lease take turns (the keep-alive's too). Renew is bounded
 // by ctx, by the local deadline (a renewal that ends after it proves
@@ -251,42 +304,66 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return err
 	}
 	defer func() { <-l.renewing }()
-	if err := l.Err(); err != nil {
-		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), err)
-	}
 	l.mu.Lock()
-	ttl := l.ttl
+	cause, ttl := l.cause, l.ttl
 	left := l.deadline.Sub(l.m.now()) // fixed while this renewal has its turn
 	l.mu.Unlock()
-	if left <= 0 {
+	switch {
+	case cause != nil:
+		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), cause)
+	case left <= 0:
 		l.onDeadline() // passed, its timer not yet fired
 		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), l.Err())
 	}
 	rctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	defer context.AfterFunc(l.Context(), cancel)()
+	if !l.send(rctx) {
+		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), cmp.Or(l.Err(), rctx.Err()))
+	}
 	start := l.m.now()
-	g, err := l.m.store.RenewLease(rctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.noHistory})
+	g, serr := l.m.store.RenewLease(rctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.noHistory})
 	if obs := l.m.observer; obs != nil {
-		obs.Renew(ctx, l.kind, err)
+		obs.Renew(ctx, l.kind, serr)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.inFlight = false
+	var err, refused error
+	if serr != nil {
+		err = fmt.Errorf("lease: %w", serr)
+		refused = renewFailure(err) // nil: the statement may have run
+	}
 	if l.cause != nil {
 		// Over locally in the meantime (released, or the deadline passed
-		// while the renewal was in flight): stay over.
-		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), l.cause)
+		// while the renewal was out): stay over, and settle what the
+		// backend may hold.
+		l.unsure = l.unsure || refused == nil
+		l.settleLocked()
+		switch {
+		case endedInBackend(l.cause) || refused != nil:
+			return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), l.cause)
+		case err == nil:
+			return fmt.Errorf("lease: renew %s: %w (the renewal was applied after the lease ended: the library releases it)", store.QuoteInput(l.name), l.cause)
+		}
+		return fmt.Errorf("lease: renew %s: %w (%w), and the lease is over: %w (the library releases it in case the renewal was applied)",
+			store.QuoteInput(l.name), ErrOutcomeUnknown, serr, l.cause)
 	}
 	if err != nil {
-		err = fmt.Errorf("lease: %w", err)
-		if cause := renewFailure(err); cause != nil {
-			if errors.Is(cause, ErrMaxRenewals) {
+		if refused != nil {
+			if errors.Is(refused, ErrMaxRenewals) {
 				// The holding stays valid until its expiry; keep the
 				// deadline and let the caller (or the keep-alive) decide.
 				return err
 			}
-			l.endLocked(cause)
-		} else if rctx.Err() == nil || l.lastErr == nil {
+			l.endLocked(refused)
+			return err
+		}
+		// The statement may have run: if the lease ends without a release,
+		// the backend may hold it past its local deadline (settleLocked).
+		l.unsure = true
+		err = fmt.Errorf("lease: renew %s: %w: %w", store.QuoteInput(l.name), ErrOutcomeUnknown, serr)
+		if rctx.Err() == nil || l.lastErr == nil {
 			l.lastErr = err // keep the real failure over the deadline's cancellation
 		}
 		return err
@@ -297,6 +374,19 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.timer.Reset(max(l.deadline.Sub(l.m.now()), 0))
 	l.m.emit(l.event(Renewed, g.RenewedAt, nil))
 	return nil
+}
+
+// send marks a renewal out in the backend (settleLocked waits for its
+// answer), unless the lease is over or ctx ended: then nothing is sent,
+// and false returned.
+func (l *Lease) send(ctx context.Context) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause != nil || ctx.Err() != nil {
+		return false
+	}
+	l.inFlight = true
+	return true
 }
 
 // takeTurn waits for the renewal in progress, if any, to end, and takes
@@ -381,6 +471,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.releasedDB, l.released = true, true
+	l.settleLocked() // kept among the live leases until released, if a renewal's outcome was unknown
 	l.mu.Unlock()
 	l.m.wakeHead(l.name)
 	return nil

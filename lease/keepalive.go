@@ -258,19 +258,43 @@ func (l *Lease) renewRetrying(ctx context.Context) error {
 	}, backoff.WithContext(bo, rctx))
 }
 
-// releaseAfterEnd releases, best effort, a holding the keep-alive gave up
-// (maximum renewals, or renewals failing) so others need not wait for its
-// expiry.
+// releaseAfterEnd releases, best effort, a holding whose lease is over but
+// that the backend may still hold, so others need not wait for its expiry:
+// one the keep-alive gave up (maximum renewals, or renewals failing), or
+// one whose renewal had an unknown outcome or landed after the end
+// (settleLocked). The release is fenced by the holding's token, so it never
+// ends a later holding of the name, and bounded by Config.ReleaseTimeout.
+// It does nothing if the holding was released already or its release runs.
 func (l *Lease) releaseAfterEnd() {
+	l.mu.Lock()
+	if l.cleaning || l.releasedDB {
+		l.mu.Unlock()
+		return
+	}
+	l.cleaning = true
+	l.mu.Unlock()
+	l.release()
+}
+
+// release is releaseAfterEnd once l.cleaning is set.
+func (l *Lease) release() {
+	if l.m.testHooks.cleanup != nil {
+		l.m.testHooks.cleanup(l.name, l.fence)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.m.releaseTimeout)
 	defer cancel()
 	err := l.m.releaseLease(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
-	if err != nil && !errors.Is(err, ErrReleased) {
-		l.m.logger.Warn("lease: release of a lost lease failed; it will expire", slog.String("name", l.name), slog.Any("error", err))
-		return
+	ok := err == nil || errors.Is(err, ErrReleased)
+	if !ok {
+		l.m.logger.Warn("lease: release of a lease that ended failed; it will expire", slog.String("name", l.name), slog.Any("error", err))
 	}
 	l.mu.Lock()
-	l.releasedDB = true
+	l.cleaning = false
+	l.releasedDB = l.releasedDB || ok
+	l.unsure = false // released, or given up: it expires
+	l.settleLocked()
 	l.mu.Unlock()
-	l.m.wakeHead(l.name)
+	if ok {
+		l.m.wakeHead(l.name)
+	}
 }

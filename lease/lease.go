@@ -74,6 +74,12 @@ var (
 	// error is wrapped), or another holding took the name (ErrNotHolder is
 	// wrapped too).
 	ErrLost = errors.New("lease: lease lost")
+	// ErrOutcomeUnknown is matched by the error of a renewal that may or
+	// may not have been applied: the call failed after its statement may
+	// have been sent (a lost connection, a context that ended while the
+	// backend worked), or its lease ended while it was out. See
+	// Lease.Renew for what the library does about it.
+	ErrOutcomeUnknown = errors.New("lease: renewal outcome unknown")
 	// ErrTimeout is returned by a blocking acquire whose AcquireOpts.Timeout
 	// passed; the *HeldError of the last holder seen is wrapped.
 	ErrTimeout = errors.New("lease: acquire timed out")
@@ -281,6 +287,7 @@ type testHooks struct {
 	drain      func()                                    // Stop waits for the acquire attempts in flight
 	late       func(name string, fence int64)            // an attempt outlasted its lease's local deadline: released
 	renewWaits func(name string)                         // a renewal of name waits for the one in progress
+	cleanup    func(name string, fence int64)            // a holding whose lease is over is released (releaseAfterEnd)
 }
 
 // New returns a Manager on s. It returns an error naming the field when cfg
@@ -412,8 +419,11 @@ func (m *Manager) Start(ctx context.Context) error {
 // are stopped and waited for, and every Subscription delivers its remaining
 // events (for up to Config.ReleaseTimeout; what a subscriber has not
 // received by then is dropped), closes its C, and its goroutine is waited
-// for. Once Stop returns, this Manager holds no lease in the backend but
-// those whose release failed. It is safe before Start and twice.
+// for. The leases already over whose backend holding may outlive them (a
+// renewal of unknown outcome, see Lease.Renew) are released too, or their
+// releases in the background waited for. Once Stop returns, this Manager
+// holds no lease in the backend but those whose release failed. It is safe
+// before Start and twice.
 func (m *Manager) Stop() {
 	m.lifeMu.Lock()
 	m.stopped = true

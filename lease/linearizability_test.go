@@ -232,6 +232,12 @@ func linWorkload(t *testing.T, managers []*lease.Manager, perManager int, d time
 		lease.OnLate(m, func(name string, fence int64) {
 			r.add(lateClient, linInput{kind: linRelease, name: name, owner: m.Owner(), fence: fence}, r.now(), linOutput{result: linUnknown})
 		})
+		// A holding whose renewal had an unknown outcome (or landed after
+		// its lease ended) is released in the background: a release of
+		// unknown outcome too.
+		lease.OnCleanup(m, func(name string, fence int64) {
+			r.add(lateClient, linInput{kind: linRelease, name: name, owner: m.Owner(), fence: fence}, r.now(), linOutput{result: linUnknown})
+		})
 		for g := range perManager {
 			client := mi*perManager + g
 			wg.Go(func() {
