@@ -198,7 +198,7 @@ func (b *nlBundle) name(suffix string) string {
 	if len(name) > 120 {
 		name = name[len(name)-120:]
 	}
-	return fmt.Sprintf("%s#%d%s", name, streamSeq.Add(1), suffix)
+	return fmt.Sprintf("%s#%09d%s", name, streamSeq.Add(1), suffix)
 }
 
 // acquire acquires name for owner at base+at with ttl and checks the result.

@@ -97,7 +97,9 @@ func newBundle(t *testing.T, newStore func(t *testing.T) Store) *bundle {
 var streamSeq atomic.Int64
 
 // stream returns a stream name unique to this process, derived from the
-// subtest's name so that a shared database shows who wrote what.
+// subtest's name so that a shared database shows who wrote what. The
+// counter is zero-padded so that names sort in the order they were made
+// (a test's expectations in name order hold past #999).
 func (b *bundle) stream(suffix string) string {
 	name := b.t.Name()
 	if i := strings.IndexByte(name, '/'); i >= 0 {
@@ -106,7 +108,7 @@ func (b *bundle) stream(suffix string) string {
 	if len(name) > 120 {
 		name = name[len(name)-120:]
 	}
-	return fmt.Sprintf("%s#%d%s", name, streamSeq.Add(1), suffix)
+	return fmt.Sprintf("%s#%09d%s", name, streamSeq.Add(1), suffix)
 }
 
 // at returns a pointer to base+d, for the Now fields of the params.
