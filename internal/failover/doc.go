@@ -9,10 +9,16 @@
 // test fails, never skips, when SEQLEASE_TEST_HA_URL is unset.
 //
 // TestFailover kills the primary's Patroni, postmaster and backends with
-// SIGKILL while ordered workers lease and commit on two streams, measures
-// how long the workers take to commit again, and audits the ledgers: every
-// acknowledged commit survives, each stream is dense, ordered and resolved,
-// and no number is handed out twice.
+// SIGKILL while ordered workers lease and commit on two streams, the
+// cleanup loop runs, a following reader reads each stream and a named-lease
+// holder (the runner, Manager.Run) writes rows fenced with
+// postgres.CheckFence. Nothing is restarted. It measures how long each
+// takes to resume after the standby accepts writes, and checks: every
+// acknowledged commit survives, each stream is dense, ordered and
+// resolved, no number is handed out twice, each reader yields exactly its
+// stream's sequence, fencing tokens only grow, the holding at the kill ends
+// at its local deadline (within the TTL of its last renewal), and a write
+// with its fence is refused afterwards.
 //
 // TestFailoverAsync runs on a cluster with asynchronous replication
 // (SEQLEASE_PATRONI_ASYNC=1 scripts/with-patroni). It cuts the standby off
