@@ -62,6 +62,7 @@ var (
 // came. It is safe for concurrent use.
 type Barrier struct {
 	src          Source
+	retryPauses  [2]time.Duration // a follower's first and longest pause between failed reads
 	pollInterval time.Duration
 	queryTimeout time.Duration
 	limit        int
@@ -104,6 +105,7 @@ func New(src Source, cfg *Config) (*Barrier, error) {
 	}
 	b := &Barrier{
 		src:          src,
+		retryPauses:  [2]time.Duration{RetryInitialInterval, RetryMaxInterval},
 		pollInterval: cmp.Or(cfg.PollInterval, DefaultPollInterval),
 		queryTimeout: cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
 		limit:        cmp.Or(cfg.SnapshotLimit, store.MaxListLimit),
@@ -292,6 +294,32 @@ func (b *Barrier) Ready(ctx context.Context, name string, n int64) (<-chan struc
 			_ = b.refresh(ctx, name, st) // logged; the poll retries
 		}
 		return w.ch, func() { st.withdraw(w) }, nil
+	}
+}
+
+// progress returns a channel that is closed once the watermark of stream
+// passes both after and what the barrier knows of it now, and a function
+// that withdraws the wait: the sign that the backend answers again, for a
+// follower pausing after a failed read. It reads nothing itself (a stale
+// stream is left to the refresher), so it never blocks on a backend that is
+// away. On a barrier that does not run, the channel never closes.
+func (b *Barrier) progress(name string, after int64) (<-chan struct{}, func()) {
+	if b.running() != nil {
+		return nil, noWithdraw
+	}
+	for {
+		st := b.stream(name)
+		w, stale, evicted := st.enqueue(max(st.watermark(), after)+1, b.gen.Load())
+		switch {
+		case evicted:
+			continue // dropped meanwhile: take a fresh one
+		case w == nil:
+			return closedCh, noWithdraw // it moved meanwhile
+		}
+		if stale {
+			b.kick() // the refresher reads streams with waiters
+		}
+		return w.ch, func() { st.withdraw(w) }
 	}
 }
 

@@ -214,6 +214,43 @@ func TestFollowerRetriesFailedReads(t *testing.T) {
 	require.Equal(t, int64(5), warns.n.Load(), "a reader that ends on errors warned")
 }
 
+// TestFollowerRetriesWhenTheStreamMoves: a follower pausing after a failed
+// read (a pause of an hour here, as after a long outage) reads again as
+// soon as the barrier hears of a resolution on its stream, the sign that
+// the backend answers again (a failover ended).
+func TestFollowerRetriesWhenTheStreamMoves(t *testing.T) {
+	t.Parallel()
+	src := &flaky{Store: memory.New(nil)}
+	src.failAll.Store(true)
+	warned := make(chan struct{}, 1)
+	warns := &warnings{onWarn: func() {
+		select {
+		case warned <- struct{}{}:
+		default:
+		}
+	}}
+	b := start(t, src, &barrier.Config{Logger: slog.New(warns)})
+	barrier.SetRetryPauses(b, time.Hour, time.Hour)
+	es := lease(t, src, "moves", 2)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		<-warned // the follower pauses: the backend comes back, a commit lands
+		src.failAll.Store(false)
+		commit(t, src, es[0])
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var got []int64
+	for e, err := range b.Entries(ctx, "moves", &barrier.ReadOpts{Follow: true}) {
+		require.NoError(t, err, "the follower did not retry when its stream moved")
+		got = append(got, e.Number)
+		break
+	}
+	require.Equal(t, []int64{1}, got)
+	require.Equal(t, int64(1), src.fails.Load())
+}
+
 // TestFollowerRetryEndsOnCancel: a follower pausing between failed reads
 // ends as soon as its context ends, with the context's error.
 func TestFollowerRetryEndsOnCancel(t *testing.T) {

@@ -74,7 +74,10 @@
 // is the last number it passed, kept by the iteration itself: a read that
 // failed is repeated from that position, so a follower that retries (with
 // exponential backoff, warning each time) yields no entry twice and skips
-// none. Only errors that retrying cannot cure end a follower: bad options,
+// none. A pause ends early when the barrier hears that the stream's
+// watermark moved (a resolution, a snapshot after the watch reconnected):
+// the backend answers again, so after an outage (a failover) the follower
+// reads at once rather than at the end of a pause that grew meanwhile. Only errors that retrying cannot cure end a follower: bad options,
 // ErrTrimmed (the reader fell below the retention low point), a stopped
 // barrier, its context's end; ReadOpts.StopOnError restores ending on the
 // first failed read, which a reader that does not follow always does.

@@ -19,7 +19,8 @@ const DefaultPageSize = 500
 
 // The pauses of a follower between failed reads: exponential from
 // RetryInitialInterval up to RetryMaxInterval, with jitter, for as long
-// as the failures last.
+// as the failures last. A pause ends early when the barrier hears that the
+// stream's watermark moved.
 const (
 	RetryInitialInterval = 100 * time.Millisecond
 	RetryMaxInterval     = 5 * time.Second
@@ -43,9 +44,10 @@ type ReadOpts struct {
 	IncludeGaps bool
 	// Follow keeps reading as the stream grows, blocking at the watermark,
 	// until ctx ends. A failed read is retried with backoff (from
-	// RetryInitialInterval up to RetryMaxInterval, logged at warn level)
-	// and the reader resumes exactly where it was. Default: stop at the
-	// watermark.
+	// RetryInitialInterval up to RetryMaxInterval, logged at warn level),
+	// or at once when the barrier hears of a new resolution on the stream
+	// (the backend is back), and the reader resumes exactly where it was.
+	// Default: stop at the watermark.
 	Follow bool
 	// StopOnError ends a follower at the first failed read, yielding the
 	// error, as a reader that does not follow always does. Default: a
@@ -306,11 +308,17 @@ func (r *reader) retry(ctx context.Context, after int64, err error) bool {
 		return false
 	}
 	if r.bo == nil {
-		r.bo = backoff.NewExponentialBackOff(backoff.WithInitialInterval(RetryInitialInterval),
-			backoff.WithMaxInterval(RetryMaxInterval), backoff.WithMaxElapsedTime(0))
+		r.bo = backoff.NewExponentialBackOff(backoff.WithInitialInterval(r.b.retryPauses[0]),
+			backoff.WithMaxInterval(r.b.retryPauses[1]), backoff.WithMaxElapsedTime(0))
 	}
 	r.fails++
 	pause := r.bo.NextBackOff()
+	// The pause grows while the backend is away (up to RetryMaxInterval),
+	// but the barrier hearing of a resolution on this stream means it
+	// answers again: retry then, not at the end of a pause that grew
+	// during the outage (a failover).
+	moved, withdraw := r.b.progress(r.stream, after)
+	defer withdraw()
 	r.b.logger.Warn("barrier: read failed, retrying", slog.String("stream", r.stream),
 		slog.String("reader", r.opts.Reader), slog.Int64("after", after), slog.Int("attempt", r.fails),
 		slog.Duration("pause", pause), slog.Any("error", err))
@@ -318,6 +326,8 @@ func (r *reader) retry(ctx context.Context, after int64, err error) bool {
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return true
+	case <-moved:
 		return true
 	case <-ctx.Done():
 		return false
