@@ -222,7 +222,9 @@ type Config struct {
 	// MaxBackoff caps the pause after a cycle that could not list the
 	// expired leases (the store is unreachable): the pauses start at 1 s
 	// (Interval if shorter), grow by half each time, randomized, and never
-	// pass MaxBackoff. Failures of single streams (a tracker, a write, a
+	// pass MaxBackoff. Meanwhile the loop reads the store's clock as often
+	// as the first pause, and when the store answers again after it did
+	// not (the end of an outage, a failover), a cycle runs at once. Failures of single streams (a tracker, a write, a
 	// stream lease) do not back off: those streams are retried at the next
 	// regular cycle and the others keep their pace. It also caps the pause
 	// before a failed DurableHook runs again. At most MaxInterval.
@@ -568,11 +570,24 @@ func (sv *Service) Stop() {
 // whose blocking lease resolved or expired. Only a cycle that could not
 // list the expired leases (the store unreachable) backs off: the failures
 // of single streams (a tracker, a write, a lead) are retried at the next
-// regular cycle, so they never delay the other streams.
+// regular cycle, so they never delay the other streams. While it backs
+// off, a probe notices the store coming back after an outage and runs a
+// cycle at once.
 func (sv *Service) loop(ctx context.Context) {
-	bo := newPauses(min(time.Second, sv.interval, sv.maxBackoff), sv.maxBackoff)
+	initial := min(time.Second, sv.interval, sv.maxBackoff)
+	bo := newPauses(initial, sv.maxBackoff)
 	next := time.NewTimer(0) // the first cycle runs at once
 	defer next.Stop()
+	// After a cycle that could not list, a probe reads the store's clock
+	// every initial pause: once the store answers again after a probe
+	// found it away (an outage, a failover), a full cycle runs at once
+	// rather than at the end of a pause that grew meanwhile. A store that
+	// answered the probes since the last cycle they triggered is up but
+	// failing listings (overloaded): the backoff stands.
+	probe := time.NewTimer(0)
+	probe.Stop()
+	defer probe.Stop()
+	away := false // a probe failed since the last cycle that listed or that a probe triggered
 	nextAt := time.Now()
 	schedule := func(d time.Duration) {
 		next.Reset(d)
@@ -590,6 +605,17 @@ func (sv *Service) loop(ctx context.Context) {
 			full = true
 		case <-sv.wake.kicks:
 		case <-recheck.C:
+		case <-probe.C:
+			switch err := sv.answers(ctx); {
+			case err != nil:
+				away = true
+				probe.Reset(initial)
+				continue
+			case !away:
+				continue // up all along: the backoff stands
+			}
+			away = false
+			full = true // back after an outage
 		}
 		var err error
 		listed := true
@@ -609,7 +635,10 @@ func (sv *Service) loop(ctx context.Context) {
 			if full || time.Now().Add(pause).Before(nextAt) {
 				schedule(pause) // a failed re-run of some streams only brings the next cycle forward
 			}
+			probe.Reset(initial)
 		case full:
+			away = false
+			probe.Stop()
 			if err != nil {
 				sv.logger.Warn("cleanup: cycle left streams unresolved; they are retried at the next cycle", slog.Any("error", err))
 			}
@@ -627,6 +656,15 @@ func (sv *Service) loop(ctx context.Context) {
 			recheck.Stop()
 		}
 	}
+}
+
+// answers reads the store's clock, within the query timeout and at most a
+// second: whether the store answers.
+func (sv *Service) answers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, min(sv.qTimeout, time.Second))
+	defer cancel()
+	_, err := sv.store.Now(ctx)
+	return err
 }
 
 // pauses are the pauses of the loop after failed cycles: exponential

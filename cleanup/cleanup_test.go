@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -311,11 +312,13 @@ func TestAdaptiveRecovery(t *testing.T) {
 	}
 }
 
-// failingStore fails every listing while broken.
+// failingStore fails every listing while broken, and reading its clock
+// too unless clockUp (a database up, but failing the listing).
 type failingStore struct {
 	backend
-	broken atomic.Bool
-	lists  atomic.Int64
+	broken  atomic.Bool
+	clockUp atomic.Bool
+	lists   atomic.Int64
 }
 
 func (f *failingStore) ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error) {
@@ -324,6 +327,69 @@ func (f *failingStore) ListExpired(ctx context.Context, p *store.ListExpiredPara
 		return nil, errors.New("database is down")
 	}
 	return f.backend.ListExpired(ctx, p)
+}
+
+func (f *failingStore) Now(ctx context.Context) (time.Time, error) {
+	if f.broken.Load() && !f.clockUp.Load() {
+		return time.Time{}, errors.New("database is down")
+	}
+	return f.backend.Now(ctx)
+}
+
+// TestLoopRunsOnceTheStoreIsBack: after a long outage the pause between
+// failed cycles has grown towards MaxBackoff (an hour here); the loop runs
+// a cycle within a second of the store answering again, not at the end
+// of that pause, also when the store comes back just after a failed cycle.
+func TestLoopRunsOnceTheStoreIsBack(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		fs := &failingStore{backend: memory.New(nil)}
+		fs.broken.Store(true)
+		sv, err := cleanup.New(fs, &cleanup.Config{Interval: time.Hour, MaxBackoff: time.Hour, Elector: cleanup.NewLocalElector()})
+		require.NoError(t, err)
+		require.NoError(t, sv.Start(context.Background()))
+		defer sv.Stop()
+		time.Sleep(30 * time.Minute) // pauses of 1 s, 1.5 s, 2.25 s... now minutes long
+		lists := fs.lists.Load()
+		require.Greater(t, lists, int64(5), "the loop retried")
+		require.Less(t, lists, int64(100), "the loop did not back off")
+		leaseExpired(t, fs.backend, "s", 1)
+		for n := fs.lists.Load(); fs.lists.Load() == n; {
+			time.Sleep(time.Millisecond) // until the next failed cycle
+		}
+		fs.broken.Store(false)
+		back := time.Now()
+		for range 100 {
+			if st, err := fs.Stats(context.Background(), "s"); err == nil && st.Unresolved == 0 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		st, err := fs.Stats(context.Background(), "s")
+		require.NoError(t, err)
+		require.Zero(t, st.Unresolved, "not resolved within 10 s of the store coming back")
+		require.LessOrEqual(t, time.Since(back), time.Second, "resolved %v after the store came back", time.Since(back))
+	})
+}
+
+// TestLoopBacksOffWhileTheStoreAnswers: a store that answers (its clock
+// reads) but fails the listing, an overloaded database, is not retried
+// faster than the backoff.
+func TestLoopBacksOffWhileTheStoreAnswers(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		fs := &failingStore{backend: memory.New(nil)}
+		fs.broken.Store(true)
+		fs.clockUp.Store(true)
+		sv, err := cleanup.New(fs, &cleanup.Config{Interval: time.Hour, MaxBackoff: time.Hour, Elector: cleanup.NewLocalElector()})
+		require.NoError(t, err)
+		require.NoError(t, sv.Start(context.Background()))
+		defer sv.Stop()
+		time.Sleep(30 * time.Minute)
+		lists := fs.lists.Load()
+		require.Greater(t, lists, int64(5), "the loop retried")
+		require.Less(t, lists, int64(30), "the loop did not back off")
+	})
 }
 
 // TestLoopBacksOffAndGoesOn: the loop survives a failing database, retries

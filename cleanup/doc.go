@@ -66,7 +66,13 @@
 // walked again at the next regular cycle, and the failure delays no other
 // stream: the loop backs off exponentially (up to MaxBackoff) only when a
 // cycle cannot list the expired leases at all (the store is unreachable).
-// The same holds for a stream whose lease or snapshot failed.
+// The same holds for a stream whose lease or snapshot failed. While it backs
+// off, it reads the store's clock as often as its first pause (1 s): when
+// the store answers again after it did not (an outage ended, a failover
+// promoted a standby), a cycle runs at once, so the leases that expired
+// during the outage do not wait for the end of a pause that grew meanwhile.
+// A store that answers that probe but fails the listing (overloaded) keeps
+// the backoff.
 //
 // A failing entry is never given up by default: its stream waits until the
 // recovery succeeds, its watermark lag grows, and every failure is logged
