@@ -30,7 +30,7 @@ const (
 
 // follower reads the stream through a barrier over a Standby, following,
 // gaps included, and checks each entry as it comes.
-type follower struct {
+type standbyFollower struct {
 	name    string
 	stream  string
 	b       *barrier.Barrier
@@ -44,7 +44,7 @@ type follower struct {
 	progress chan struct{} // capacity 1: an entry came
 }
 
-func (f *follower) run(ctx context.Context) {
+func (f *standbyFollower) run(ctx context.Context) {
 	for e, err := range f.b.Entries(ctx, f.stream, &barrier.ReadOpts{Follow: true, IncludeGaps: true}) {
 		if err != nil {
 			if ctx.Err() == nil {
@@ -86,7 +86,7 @@ func (f *follower) run(ctx context.Context) {
 	}
 }
 
-func (f *follower) count() int {
+func (f *standbyFollower) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.got)
@@ -103,7 +103,7 @@ type standbyRig struct {
 	s                *postgres.Store
 	b                *barrier.Barrier
 	l                *sequence.Leaser
-	followers        []*follower
+	followers        []*standbyFollower
 	stop             func() // stops the followers and waits for them
 }
 
@@ -173,7 +173,7 @@ func newStandbyRig(t *testing.T, schema, stream string) *standbyRig {
 	r.l, err = sequence.New(r.s, &sequence.Config{Barrier: r.b, Owner: "standby"})
 	require.NoError(t, err)
 
-	newFollower := func(name string, sc *postgres.StandbyConfig) *follower {
+	newFollower := func(name string, sc *postgres.StandbyConfig) *standbyFollower {
 		sc.Schema = schema
 		sb, err := postgres.NewStandby(r.spool, sc)
 		require.NoError(t, err)
@@ -183,9 +183,9 @@ func newStandbyRig(t *testing.T, schema, stream string) *standbyRig {
 		t.Cleanup(fb.Stop)
 		check, err := postgres.NewStandby(r.spool, &postgres.StandbyConfig{Schema: schema})
 		require.NoError(t, err)
-		return &follower{name: name, stream: stream, b: fb, replica: check, progress: make(chan struct{}, 1)}
+		return &standbyFollower{name: name, stream: stream, b: fb, replica: check, progress: make(chan struct{}, 1)}
 	}
-	r.followers = []*follower{
+	r.followers = []*standbyFollower{
 		newFollower("notices", &postgres.StandbyConfig{Primary: r.s}),
 		newFollower("poll", &postgres.StandbyConfig{PollInterval: 100 * time.Millisecond}),
 		// For comparison: a follower on the primary, through the workers'
