@@ -169,6 +169,18 @@ func (s sink) Reset() {
 	s.b.kick()
 }
 
+// Forget implements store.Forgetter: the backend accepted a history of
+// stream below what it reported (store/postgres AcceptHistory), so the
+// barrier drops what it knows of the stream, its watermark too, and reads
+// it afresh. Waiters stay queued and are woken when the new watermark
+// reaches them.
+func (s sink) Forget(stream string) {
+	if st := s.b.lookup(stream); st != nil {
+		st.forget()
+		s.b.kick()
+	}
+}
+
 // kick has the refresher re-read the snapshots of streams with waiters.
 func (b *Barrier) kick() {
 	select {
@@ -395,7 +407,7 @@ func (b *Barrier) refresh(ctx context.Context, name string, st *stream) error {
 		return nil
 	}
 	for {
-		gen := b.gen.Load()
+		gen, epoch := b.gen.Load(), st.epochNow()
 		snap, err := b.src.Snapshot(ctx, name, b.limit)
 		if err != nil {
 			if st.endLoad() {
@@ -409,7 +421,7 @@ func (b *Barrier) refresh(ctx context.Context, name string, st *stream) error {
 			}
 			return fmt.Errorf("barrier: snapshot of %s: %w", store.QuoteInput(name), err)
 		}
-		if !st.apply(snap, gen, b.limit) {
+		if !st.apply(snap, gen, epoch, b.limit) {
 			return nil
 		}
 	}
@@ -432,6 +444,7 @@ type stream struct {
 	heard      map[int64]struct{} // above w: reported resolved
 	cut        bool               // the last snapshot was cut at the limit: above known may be resolved unheard
 	gen        uint64             // reset generation of the last snapshot; 0: none
+	epoch      uint64             // bumped by forget: a snapshot read before is dropped
 	waiters    waiterHeap
 	loading    bool // a snapshot is being read
 	again      bool // another snapshot was asked for meanwhile
@@ -459,7 +472,8 @@ func (st *stream) used() {
 
 // reached reports, without the lock, whether w >= n-1 is known. A true
 // answer holds forever, even on a stream being evicted: W never goes back,
-// and every resolution it counted is final.
+// and every resolution it counted is final; only forget, after the backend
+// accepted a history that lost them, takes it back.
 func (st *stream) reached(n int64) bool {
 	return st.wa.Load() >= n-1
 }
@@ -479,6 +493,26 @@ func (st *stream) evictIfIdle() bool {
 	}
 	st.idle.Store(true)
 	return false
+}
+
+// forget drops what the stream knows, after the backend accepted a
+// history that lost part of it: W starts again from the next snapshot,
+// which it needs at once (stale); a snapshot being read is dropped and
+// read again (apply).
+func (st *stream) forget() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.w, st.known, st.cut, st.gen = 0, 0, false, 0
+	st.wa.Store(0)
+	clear(st.unresolved)
+	clear(st.heard)
+	st.epoch++
+}
+
+func (st *stream) epochNow() uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.epoch
 }
 
 func (st *stream) isStale(gen uint64) bool {
@@ -554,13 +588,17 @@ func forget(set map[int64]struct{}, from, to int64) {
 	}
 }
 
-// apply merges a snapshot read at reset generation gen with at most limit
-// unresolved numbers. It reports whether another snapshot is needed: one was
-// asked for while this one was read, or the stream is starved; if not, the
-// load is over.
-func (st *stream) apply(snap store.Snapshot, gen uint64, limit int) (again bool) {
+// apply merges a snapshot read at reset generation gen and forget epoch
+// with at most limit unresolved numbers. It reports whether another
+// snapshot is needed: one was asked for while this one was read, the
+// stream was forgotten meanwhile, or it is starved; if not, the load is
+// over.
+func (st *stream) apply(snap store.Snapshot, gen, epoch uint64, limit int) (again bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if epoch != st.epoch {
+		return true // read before forget: of the history given up
+	}
 	st.gen = max(st.gen, gen)
 	if snap.Known >= st.known || st.w >= st.known {
 		st.known = snap.Known

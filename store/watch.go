@@ -29,6 +29,17 @@ type Sink interface {
 	Reset()
 }
 
+// Forgetter is implemented by a Sink that keeps what it learnt of each
+// stream (the barrier). A backend calls Forget when the history of stream
+// was accepted as the database has it now, below what it reported before
+// (store/postgres: AcceptHistory after store.ErrHistoryLost): the receiver
+// must drop what it knows of stream, its watermark too, and read it afresh
+// with Snapshot. Forget must not block.
+type Forgetter interface {
+	// Forget drops what the receiver knows of stream.
+	Forget(stream string)
+}
+
 // Poller is implemented by a Sink or LeaseSink that has a cheaper way than
 // Reset to re-check what a notice would have told it. A backend whose
 // watch cannot hear the other processes (store/postgres: a LISTEN that
