@@ -24,7 +24,8 @@ const (
 	// process had already seen handed out (or readable).
 	LostNumber = "number"
 	// LostWatermark: a read saw the stream's watermark below one it had
-	// seen, or its counter below a number it had seen.
+	// seen. A read refuses nothing (it may have gone to a replica that is
+	// behind); it is only counted.
 	LostWatermark = "watermark"
 	// LostFence: an acquire of a named lease got a fencing token (or saw
 	// a holder's fence) at or below one it had seen.
@@ -74,7 +75,8 @@ type HistoryHealth struct {
 	Refused []HistoryLostError
 	// Losses counts the findings since the backend was made, by stream
 	// (Stream set) or named lease (Name set): one each time one was
-	// refused (again, after an acceptance).
+	// refused (again, after an acceptance), and one each time a read
+	// went back while it was not refused.
 	Losses []HistoryLoss
 }
 

@@ -51,3 +51,23 @@ func ConfirmAll(ctx context.Context, s *Store) error {
 	n.mu.Unlock()
 	return n.confirmDue(ctx, time.Now())
 }
+
+// HistoryMarks counts the streams and named leases whose history the
+// root s remembers.
+func HistoryMarks(s *Store) (streams, names int) {
+	h, _ := s.hist()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.streams.len(), h.names.len()
+}
+
+// StandbyMarks is HistoryMarks of sb's Store.
+func StandbyMarks(sb *Standby) (streams, names int) { return HistoryMarks(sb.s) }
+
+// Watching is how many Watch calls of s are registered for its own
+// resolutions.
+func Watching(s *Store) int {
+	s.notes.mu.Lock()
+	defer s.notes.mu.Unlock()
+	return len(s.notes.sinks)
+}

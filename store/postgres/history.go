@@ -35,21 +35,34 @@ var _ store.HistoryChecker = (*Store)(nil)
 // statements of this process, whose answers may come back in any order,
 // from looking like a loss.
 //
-// An answer that goes back is refused (the numbers or the fence are not
-// handed out; the entries the statement made on the new server stay
-// leased by nobody and expire like an abandoned lease), the finding is
-// logged at ERROR level and counted (HistoryHealth: once per refusal),
-// and every later
-// lease of the stream, or acquire of the name, fails with the same
-// *store.HistoryLostError until AcceptHistory or AcceptLeaseHistory. A
-// Store in a caller's transaction refuses what its root refuses but
-// records and checks nothing: its statements may roll back, and a
-// rolled-back number is rightly handed out again.
+// An answer of a write (a lease, an append, a recovery, an acquire: they
+// reach the primary) that goes back is refused (the numbers or the fence
+// are not handed out; the entries the statement made on the new server
+// stay leased by nobody and expire like an abandoned lease), the finding
+// is logged at ERROR level and counted (HistoryHealth: once per refusal),
+// and every later lease of the stream, or acquire of the name, fails with
+// the same *store.HistoryLostError until AcceptHistory or
+// AcceptLeaseHistory. A read (Snapshot) that goes back refuses nothing:
+// reads may be sent to a replica that is behind (a pooler that balances
+// reads, a wrapper of the application's), which is no loss; it is logged
+// at WARN and counted once until a read comes back level. A Store in a
+// caller's transaction refuses what its root refuses but records and
+// checks nothing: its statements may roll back, and a rolled-back number
+// is rightly handed out again. A Standby's Store checks nothing either.
 //
-// The marks live in the process: one small record per stream and name it
-// used, kept for the Store's life. A process started after the loss has
-// no marks and cannot tell; a process that saw only some of the lost
-// numbers tells only when the server answers at or below those.
+// Accepting a stream or name bumps the history's epoch and starts its
+// mark afresh at that epoch; an answer to a statement sent with an older
+// mark is not checked, for it may belong to the history just accepted.
+// AcceptHistory also tells the Store's running watches (store.Forgetter:
+// the barrier) to drop what they know of the stream, whose watermark may
+// now be lower.
+//
+// The marks live in the process, about 100 bytes per stream and name, at
+// most Config.HistoryLimit of each (two generations: see marks); a stream
+// or name unused for long is forgotten, and its next answer starts a new
+// mark. A process started after the loss has no marks and cannot tell; a
+// process that saw only some of the lost numbers tells only when the
+// server answers at or below those.
 
 // history holds the marks and findings of one Store (and of the Stores in
 // its callers' transactions).
@@ -58,44 +71,102 @@ type history struct {
 	now    func() time.Time
 
 	mu      sync.Mutex
-	streams map[string]*streamMark
-	names   map[string]*nameMark
+	epoch   uint64 // bumped by every acceptance
+	streams marks[streamMark]
+	names   marks[nameMark]
+	refused map[lossKey]*store.HistoryLostError // leases (acquires) refused until accepted
 	losses  map[lossKey]int64
+	forget  func(stream string) // tells the Store's watches that stream's history was accepted
 }
 
 // streamMark is what the Store saw of a stream.
 type streamMark struct {
-	high      int64                   // the highest number seen to exist
-	watermark int64                   // the highest watermark read
-	lost      *store.HistoryLostError // non-nil: leases refused
+	high      int64  // the highest number seen to exist
+	watermark int64  // the highest watermark read
+	since     uint64 // the epoch the mark was made (or accepted) at
+	behind    bool   // the last read went back: warned once
 }
 
 // nameMark is what the Store saw of a named lease.
 type nameMark struct {
-	fence int64                   // the highest fence seen
-	lost  *store.HistoryLostError // non-nil: acquires refused
+	fence int64  // the highest fence seen
+	since uint64 // the epoch the mark was made (or accepted) at
 }
 
 type lossKey struct{ stream, name string }
 
-func newHistory(logger *slog.Logger) *history {
-	return &history{logger: logger, now: time.Now, streams: map[string]*streamMark{},
-		names: map[string]*nameMark{}, losses: map[lossKey]int64{}}
+func newHistory(logger *slog.Logger, limit int) *history {
+	return &history{logger: logger, now: time.Now, streams: newMarks[streamMark](limit),
+		names: newMarks[nameMark](limit), refused: map[lossKey]*store.HistoryLostError{}, losses: map[lossKey]int64{}}
+}
+
+// marks holds at most limit marks in two generations: new marks go to
+// cur, and when cur holds limit/2 it becomes prev and the old prev is
+// dropped. A mark found in prev moves back to cur, so the marks of the
+// streams and names in use stay, and those unused for two generations go.
+// Refusals are kept apart (history.refused), never dropped.
+type marks[V any] struct {
+	half      int
+	cur, prev map[string]V
+}
+
+func newMarks[V any](limit int) marks[V] {
+	return marks[V]{half: max(limit/2, 1), cur: map[string]V{}, prev: map[string]V{}}
+}
+
+// get returns the mark of k, moving it to the current generation.
+func (m *marks[V]) get(k string) (V, bool) {
+	if v, ok := m.cur[k]; ok {
+		return v, true
+	}
+	v, ok := m.prev[k]
+	if ok {
+		delete(m.prev, k)
+		m.put(k, v)
+	}
+	return v, ok
+}
+
+// put sets the mark of k in the current generation.
+func (m *marks[V]) put(k string, v V) {
+	if _, ok := m.cur[k]; !ok && len(m.cur) >= m.half {
+		m.prev, m.cur = m.cur, make(map[string]V, m.half)
+	}
+	m.cur[k] = v
+}
+
+// len is how many marks are kept.
+func (m *marks[V]) len() int { return len(m.cur) + len(m.prev) }
+
+// seenStream is what a statement was sent with: the stream's marks, or
+// none (zero).
+type seenStream struct {
+	streamMark
+	ok bool // a mark existed
 }
 
 // stream returns the marks of stream as they are now, or the finding that
 // refuses it.
-func (h *history) stream(stream string) (streamMark, error) {
+func (h *history) stream(stream string) (seenStream, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.streams[stream]
-	if m == nil {
-		return streamMark{}, nil
+	m, ok := h.streams.get(stream)
+	if lost := h.refused[lossKey{stream: stream}]; lost != nil {
+		return seenStream{m, ok}, lostError(lost)
 	}
-	if m.lost != nil {
-		return *m, lostError(m.lost)
+	return seenStream{m, ok}, nil
+}
+
+// streamNow returns the mark of stream to check an answer against and
+// update, and whether the answer is to be checked: no when the mark the
+// statement was sent with was accepted (or dropped) since, for the answer
+// then belongs to history already accepted. h.mu must be held.
+func (h *history) streamNow(stream string, seen seenStream) (streamMark, bool) {
+	m, ok := h.streams.get(stream)
+	if !ok {
+		m = streamMark{since: h.epoch}
 	}
-	return *m, nil
+	return m, seen.ok == ok && (!ok || m.since == seen.since)
 }
 
 // lostError is the error of a refused stream or name: a copy of its
@@ -105,41 +176,57 @@ func lostError(lost *store.HistoryLostError) error {
 	return &e
 }
 
-// numbers checks the numbers lo..hi that a statement sent with the marks
-// seen answered for stream: nil, having raised the stream's high mark, or
-// the finding if lo is not above what was seen.
-func (h *history) numbers(stream string, seen streamMark, lo, hi int64) error {
-	if lo <= seen.high {
-		return h.lose(stream, "", store.LostNumber, seen.high, lo)
-	}
+// numbers checks the numbers lo..hi that a write sent with the marks seen
+// answered for stream: nil, having raised the stream's high mark, or the
+// finding if lo is not above what was seen.
+func (h *history) numbers(stream string, seen seenStream, lo, hi int64) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.mark(stream)
+	m, check := h.streamNow(stream, seen)
+	if check && lo <= seen.high {
+		h.mu.Unlock()
+		return h.lose(stream, "", store.LostNumber, seen.high, lo, true)
+	}
 	m.high = max(m.high, hi)
+	h.streams.put(stream, m)
+	h.mu.Unlock()
 	return nil
 }
 
 // read checks a stream's counter (the last number handed out) and
 // watermark that a read sent with the marks seen answered, and raises the
-// marks; it reports a loss (the error is for logging: reads still return
-// what they read).
-func (h *history) read(stream string, seen streamMark, counter, watermark int64) error {
-	switch {
-	case counter < seen.high:
-		return h.lose(stream, "", store.LostNumber, seen.high, counter)
-	case watermark < seen.watermark:
-		return h.lose(stream, "", store.LostWatermark, seen.watermark, watermark)
-	}
+// marks. A read that goes back refuses nothing: it may have gone to a
+// replica that is behind (a pooler balancing reads, a wrapper of the
+// application's), so only writes refuse; it is logged at WARN and counted,
+// once until a read comes back level.
+func (h *history) read(stream string, seen seenStream, counter, watermark int64) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.mark(stream)
-	m.high, m.watermark = max(m.high, counter), max(m.watermark, watermark)
-	return nil
+	m, check := h.streamNow(stream, seen)
+	what, was, got := "", int64(0), int64(0)
+	switch {
+	case !check:
+	case counter < seen.high:
+		what, was, got = store.LostNumber, seen.high, counter
+	case watermark < seen.watermark:
+		what, was, got = store.LostWatermark, seen.watermark, watermark
+	}
+	if what == "" {
+		m.high, m.watermark, m.behind = max(m.high, counter), max(m.watermark, watermark), false
+		h.streams.put(stream, m)
+		h.mu.Unlock()
+		return
+	}
+	first := !m.behind
+	m.behind = true
+	h.streams.put(stream, m)
+	h.mu.Unlock()
+	if first {
+		_ = h.lose(stream, "", what, was, got, false)
+	}
 }
 
 // moved checks the new numbers of a recovery statement (the values of
 // moved) as numbers does.
-func (h *history) moved(stream string, seen streamMark, moved map[int64]int64) error {
+func (h *history) moved(stream string, seen seenStream, moved map[int64]int64) error {
 	if len(moved) == 0 {
 		return nil
 	}
@@ -154,96 +241,101 @@ func (h *history) moved(stream string, seen streamMark, moved map[int64]int64) e
 func (h *history) sawNumber(stream string, n int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.mark(stream)
+	m, ok := h.streams.get(stream)
+	if !ok {
+		m.since = h.epoch
+	}
 	m.high = max(m.high, n)
+	h.streams.put(stream, m)
 }
 
-// mark returns the marks of stream, made if new. h.mu must be held.
-func (h *history) mark(stream string) *streamMark {
-	m := h.streams[stream]
-	if m == nil {
-		m = &streamMark{}
-		h.streams[stream] = m
-	}
-	return m
+// seenName is the fence mark a statement was sent with.
+type seenName struct {
+	nameMark
+	ok bool // a mark existed
 }
 
 // name returns the fence mark of a named lease, or the finding that
 // refuses it.
-func (h *history) name(name string) (int64, error) {
+func (h *history) name(name string) (seenName, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	m := h.names[name]
-	switch {
-	case m == nil:
-		return 0, nil
-	case m.lost != nil:
-		return m.fence, lostError(m.lost)
+	m, ok := h.names.get(name)
+	if lost := h.refused[lossKey{name: name}]; lost != nil {
+		return seenName{m, ok}, lostError(lost)
 	}
-	return m.fence, nil
+	return seenName{m, ok}, nil
 }
 
 // fence checks a fence that a statement sent with the mark seen answered
 // for name: a fence granted must be above seen, a holder's fence at least
 // seen. It raises the mark, or returns the finding.
-func (h *history) fence(name string, seen, got int64, granted bool) error {
-	if got < seen || granted && got == seen {
-		return h.lose("", name, store.LostFence, seen, got)
-	}
+func (h *history) fence(name string, seen seenName, got int64, granted bool) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	m := h.names[name]
-	if m == nil {
-		m = &nameMark{}
-		h.names[name] = m
+	m, ok := h.names.get(name)
+	if !ok {
+		m = nameMark{since: h.epoch}
+	}
+	check := seen.ok == ok && (!ok || m.since == seen.since)
+	if check && (got < seen.fence || granted && got == seen.fence) {
+		h.mu.Unlock()
+		return h.lose("", name, store.LostFence, seen.fence, got, true)
 	}
 	m.fence = max(m.fence, got)
+	h.names.put(name, m)
+	h.mu.Unlock()
 	return nil
 }
 
-// lose records a finding on a stream (or a name), refuses it from now on,
-// logs and counts it (unless it was refused already), and returns it.
-func (h *history) lose(stream, name, what string, seen, got int64) error {
+// lose records a finding on a stream (or a name), logs and counts it,
+// and returns it. With refuse (the answer of a write), it refuses the
+// stream or name from now on, and logs and counts only the first finding
+// of a refusal; otherwise (a read) it logs at WARN.
+func (h *history) lose(stream, name, what string, seen, got int64, refuse bool) error {
 	e := &store.HistoryLostError{Stream: stream, Name: name, What: what, Seen: seen, Got: got, At: h.now()}
+	k := lossKey{stream, name}
 	h.mu.Lock()
-	var lost **store.HistoryLostError
-	if stream != "" {
-		lost = &h.mark(stream).lost
-	} else {
-		m := h.names[name]
-		if m == nil {
-			m = &nameMark{fence: seen}
-			h.names[name] = m
-		}
-		lost = &m.lost
-	}
-	first := *lost == nil
-	if first {
+	first := h.refused[k] == nil
+	if refuse && first {
 		// Statements sent before the first finding may find it again:
 		// one finding per refusal.
-		*lost = e
-		h.losses[lossKey{stream, name}]++
+		h.refused[k] = e
+	}
+	if first {
+		h.losses[k]++
 	}
 	h.mu.Unlock()
-	if !first {
-		return lostError(e)
+	attrs := []any{slog.String("stream", stream), slog.String("lease", name), slog.String("what", what),
+		slog.Int64("seen", seen), slog.Int64("got", got)}
+	switch {
+	case !first:
+	case refuse:
+		h.logger.Error("postgres: the database lost history it had shown: refusing it; "+
+			"an asynchronous standby was promoted? see docs/operations.md, Asynchronous replication", attrs...)
+	default:
+		h.logger.Warn("postgres: a read went back on history this process had seen: a replica behind, "+
+			"or the database lost history (then the next lease or acquire is refused); see docs/operations.md, "+
+			"Asynchronous replication", attrs...)
 	}
-	h.logger.Error("postgres: the database lost history it had shown: refusing it; "+
-		"an asynchronous standby was promoted? see docs/operations.md, Asynchronous replication",
-		slog.String("stream", stream), slog.String("lease", name), slog.String("what", what),
-		slog.Int64("seen", seen), slog.Int64("got", got))
 	return lostError(e)
 }
 
-// accept forgets the marks and the finding of a stream (or a name): the
-// server's history is taken as it is.
+// accept ends the refusal of a stream (or a name) and forgets its marks:
+// the server's history is taken as it is. Answers of statements sent
+// before are not checked (their marks' epoch is older).
 func (h *history) accept(stream, name string) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.epoch++
+	delete(h.refused, lossKey{stream, name})
 	if stream != "" {
-		delete(h.streams, stream)
+		h.streams.put(stream, streamMark{since: h.epoch})
 	} else {
-		delete(h.names, name)
+		h.names.put(name, nameMark{since: h.epoch})
+	}
+	forget := h.forget
+	h.mu.Unlock()
+	if stream != "" && forget != nil {
+		forget(stream)
 	}
 }
 
@@ -252,15 +344,8 @@ func (h *history) health() store.HistoryHealth {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out store.HistoryHealth
-	for _, m := range h.streams {
-		if m.lost != nil {
-			out.Refused = append(out.Refused, *m.lost)
-		}
-	}
-	for _, m := range h.names {
-		if m.lost != nil {
-			out.Refused = append(out.Refused, *m.lost)
-		}
+	for _, e := range h.refused {
+		out.Refused = append(out.Refused, *e)
 	}
 	for k, n := range h.losses {
 		out.Losses = append(out.Losses, store.HistoryLoss{Stream: k.stream, Name: k.name, Count: n})
@@ -294,10 +379,14 @@ func (s *Store) HistoryHealth() store.HistoryHealth {
 
 // AcceptHistory ends the refusal of stream after the database lost its
 // history (store.ErrHistoryLost), and forgets what this Store saw of it:
-// its next lease takes the numbers the server hands out now. Call it once
-// you have decided what to do about the lost numbers (see
-// docs/operations.md). Accepting a stream that is not refused only
-// forgets its marks. A bad name fails with store.ErrInvalidStream.
+// its next lease takes the numbers the server hands out now. The Store's
+// running watches are told too (store.Forgetter), so a barrier started
+// on this Store drops the stream's watermark and reads the server's. It
+// acts on this process only, and not on a reader's position or
+// checkpoint (reset those yourself). Call it once you have decided what
+// to do about the lost numbers (see docs/operations.md). Accepting a
+// stream that is not refused only forgets its marks. A bad name fails
+// with store.ErrInvalidStream.
 func (s *Store) AcceptHistory(stream string) error {
 	if err := store.ValidateStream(stream); err != nil {
 		return fmt.Errorf("accept history: %w", err)

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/metrics"
 	"github.com/seqlease/seqlease/store"
@@ -30,20 +32,31 @@ type historyBundle struct {
 	log    *errorLog
 }
 
-// errorLog keeps the messages logged at ERROR level.
+// errorLog keeps the messages logged at ERROR level, and counts those at
+// WARN.
 type errorLog struct {
-	mu   sync.Mutex
-	msgs []string
+	mu    sync.Mutex
+	msgs  []string
+	warns int
 }
 
 func (l *errorLog) Enabled(context.Context, slog.Level) bool { return true }
 func (l *errorLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelError {
-		l.mu.Lock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case r.Level >= slog.LevelError:
 		l.msgs = append(l.msgs, r.Message)
-		l.mu.Unlock()
+	case r.Level >= slog.LevelWarn:
+		l.warns++
 	}
 	return nil
+}
+
+func (l *errorLog) warnings() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.warns
 }
 func (l *errorLog) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *errorLog) WithGroup(string) slog.Handler      { return l }
@@ -268,8 +281,9 @@ func TestHistoryInCallersTransaction(t *testing.T) {
 }
 
 // TestHistoryLostWatermark checks that a read of the barrier's starting
-// point (Snapshot) that sees the watermark go back refuses the stream's
-// leases, though the read itself returns what the server has.
+// point (Snapshot) that sees the watermark go back refuses nothing (reads
+// may go to a replica that is behind), but is logged at WARN and counted
+// once; the next write, which reaches the primary, is refused.
 func TestHistoryLostWatermark(t *testing.T) {
 	t.Parallel()
 	b := newHistoryBundle(t)
@@ -281,18 +295,183 @@ func TestHistoryLostWatermark(t *testing.T) {
 	}
 	// Another Store (another process) leased them: this one saw only the
 	// watermark.
-	other, err := postgres.New(b.pool, &postgres.Config{Schema: b.schema})
+	log := &errorLog{}
+	other, err := postgres.New(b.pool, &postgres.Config{Schema: b.schema, Logger: slog.New(log)})
 	require.NoError(t, err)
 	snap, err := other.Snapshot(b.ctx, "w", 0)
 	require.NoError(t, err)
 	require.Equal(t, int64(4), snap.Watermark)
 	b.rewind(t, "w", 1)
-	snap, err = other.Snapshot(b.ctx, "w", 0)
-	require.NoError(t, err)
-	require.Equal(t, int64(1), snap.Watermark, "the read returns what the server has")
+	for range 2 {
+		snap, err = other.Snapshot(b.ctx, "w", 0)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), snap.Watermark, "the read returns what the server has")
+	}
+	h := other.HistoryHealth()
+	require.Empty(t, h.Refused, "a read refuses nothing")
+	require.Equal(t, []store.HistoryLoss{{Stream: "w", Count: 1}}, h.Losses, "counted once")
+	require.Equal(t, 1, log.warnings())
+	require.Zero(t, log.count())
+
 	_, err = other.Lease(b.ctx, "w", []store.LeaseRequest{{TTL: time.Hour}}, nil)
-	requireLost(t, err, store.HistoryLostError{Stream: "w", What: store.LostNumber, Seen: 4, Got: 1})
-	require.Equal(t, int64(1), b.counter(t, "w"), "refused before the statement")
+	requireLost(t, err, store.HistoryLostError{Stream: "w", What: store.LostNumber, Seen: 4, Got: 2})
+	require.Equal(t, 1, log.count(), "the write's finding, at ERROR")
+	require.Len(t, other.HistoryHealth().Refused, 1)
+}
+
+// gateDB holds the next snapshot statement (two arguments, stream and
+// limit) until open is closed, telling held when it is held.
+type gateDB struct {
+	postgres.DB
+	armed      chan struct{} // receive: the next snapshot is held
+	held, open chan struct{}
+}
+
+func (g *gateDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if len(args) == 2 {
+		select {
+		case <-g.armed:
+			close(g.held)
+			<-g.open
+		default:
+		}
+	}
+	return g.DB.QueryRow(ctx, sql, args...)
+}
+
+// TestAcceptHistoryStaleAnswers checks that an answer to a statement sent
+// before AcceptHistory is not checked against the marks accepted: a
+// snapshot sent before, answered after, finds no second loss.
+func TestAcceptHistoryStaleAnswers(t *testing.T) {
+	t.Parallel()
+	b := newHistoryBundle(t)
+	g := &gateDB{DB: b.pool, armed: make(chan struct{}, 1), held: make(chan struct{}), open: make(chan struct{})}
+	s, err := postgres.New(g, &postgres.Config{Schema: b.schema, Logger: slog.New(b.log)})
+	require.NoError(t, err)
+	es, err := s.Lease(b.ctx, "g", []store.LeaseRequest{{TTL: time.Hour}, {TTL: time.Hour}, {TTL: time.Hour}}, nil)
+	require.NoError(t, err)
+	for _, e := range es {
+		_, err := s.Commit(b.ctx, "g", e.Number, e.Token, nil)
+		require.NoError(t, err)
+	}
+	_, err = s.Snapshot(b.ctx, "g", 0)
+	require.NoError(t, err)
+	b.rewind(t, "g", 1)
+
+	g.armed <- struct{}{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Snapshot(b.ctx, "g", 0) // sent with the marks 3, 3
+		done <- err
+	}()
+	<-g.held
+	_, err = s.Lease(b.ctx, "g", []store.LeaseRequest{{TTL: time.Hour}}, nil)
+	require.ErrorIs(t, err, store.ErrHistoryLost)
+	require.NoError(t, s.AcceptHistory("g"))
+	close(g.open)
+	require.NoError(t, <-done)
+
+	h := s.HistoryHealth()
+	require.Empty(t, h.Refused)
+	require.Equal(t, []store.HistoryLoss{{Stream: "g", Count: 1}}, h.Losses, "no second finding")
+	require.Zero(t, b.log.warnings())
+	es, err = s.Lease(b.ctx, "g", []store.LeaseRequest{{TTL: time.Hour}}, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), es[0].Number)
+}
+
+// TestAcceptHistoryResetsBarrier checks that AcceptHistory has a barrier
+// started on the Store drop the lost watermark and take the server's: an
+// ordered commit of a number handed out again must wait for the numbers
+// before it.
+func TestAcceptHistoryResetsBarrier(t *testing.T) {
+	t.Parallel()
+	b := newHistoryBundle(t)
+	es, err := b.lease("s", 5)
+	require.NoError(t, err)
+	for _, e := range es {
+		_, err := b.s.Commit(b.ctx, "s", e.Number, e.Token, nil)
+		require.NoError(t, err)
+	}
+	bar, err := barrier.New(b.s, nil)
+	require.NoError(t, err)
+	require.NoError(t, bar.Start(b.ctx))
+	defer bar.Stop()
+	require.Eventually(t, func() bool { return postgres.Watching(b.s) == 1 }, 10*time.Second, time.Millisecond)
+	w, err := bar.Watermark(b.ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, int64(5), w)
+
+	b.rewind(t, "s", 2)
+	_, err = b.lease("s", 1)
+	require.ErrorIs(t, err, store.ErrHistoryLost)
+	require.NoError(t, b.s.AcceptHistory("s"))
+	w, err = bar.Watermark(b.ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), w, "the server's watermark (3 is leased by nobody)")
+	require.False(t, bar.Reached("s", 4))
+}
+
+// TestHistoryMarksBounded checks that the marks are bounded by
+// Config.HistoryLimit (the names of one-off leases, one per inbox
+// message, do not pile up), that a name in use keeps its mark, and that
+// a bad limit is refused.
+func TestHistoryMarksBounded(t *testing.T) {
+	t.Parallel()
+	b := newHistoryBundle(t)
+	s, err := postgres.New(b.pool, &postgres.Config{Schema: b.schema, HistoryLimit: 100})
+	require.NoError(t, err)
+	p := &store.AcquireLeaseParams{TTL: time.Hour}
+	l, err := s.AcquireLease(b.ctx, "leader", "o", p)
+	require.NoError(t, err)
+	require.NoError(t, s.ReleaseLease(b.ctx, "leader", "o", l.Fence, nil))
+	for i := range 10 {
+		reqs := make([]store.AcquireLeaseRequest, 100)
+		for j := range reqs {
+			reqs[j] = store.AcquireLeaseRequest{Name: fmt.Sprintf("inbox/%04d", i*100+j), Owner: "o", TTL: time.Minute}
+		}
+		for _, r := range s.AcquireLeases(b.ctx, reqs, nil) {
+			require.NoError(t, r.Err)
+		}
+		_, err := s.AcquireLease(b.ctx, "leader", "o", p) // in use: kept
+		require.NoError(t, err)
+		require.NoError(t, s.ReleaseLease(b.ctx, "leader", "o", l.Fence+int64(i)+1, nil))
+		items := make([]store.StreamLeases, 100)
+		for j := range items {
+			items[j] = store.StreamLeases{Stream: fmt.Sprintf("st/%04d", i*100+j), Requests: []store.LeaseRequest{{TTL: time.Hour}}}
+		}
+		for _, r := range s.LeaseMulti(b.ctx, items, nil) {
+			require.NoError(t, r.Err)
+		}
+	}
+	streams, names := postgres.HistoryMarks(s)
+	require.LessOrEqual(t, streams, 100)
+	require.LessOrEqual(t, names, 100)
+	_, err = b.pool.Exec(b.ctx, `UPDATE `+pgx.Identifier{b.schema}.Sanitize()+`.leases SET fence = 1 WHERE name = 'leader'`)
+	require.NoError(t, err)
+	_, err = s.AcquireLease(b.ctx, "leader", "o", p)
+	require.ErrorIs(t, err, store.ErrHistoryLost, "a name in use is still checked")
+
+	_, err = postgres.New(b.pool, &postgres.Config{Schema: b.schema, HistoryLimit: -1})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+}
+
+// TestStandbyTracksNoHistory checks that a Standby's reads, which lag
+// the primary by design, leave no marks and find no loss.
+func TestStandbyTracksNoHistory(t *testing.T) {
+	t.Parallel()
+	b := newHistoryBundle(t)
+	_, err := b.lease("sb", 3)
+	require.NoError(t, err)
+	sb, err := postgres.NewStandby(b.pool, &postgres.StandbyConfig{Schema: b.schema})
+	require.NoError(t, err)
+	_, err = sb.Snapshot(b.ctx, "sb", 0)
+	require.NoError(t, err)
+	b.rewind(t, "sb", 1)
+	_, err = sb.Snapshot(b.ctx, "sb", 0)
+	require.NoError(t, err)
+	streams, names := postgres.StandbyMarks(sb)
+	require.Zero(t, streams+names)
 }
 
 // TestHistoryLostFence acquires and releases a name twice (fences 1 and

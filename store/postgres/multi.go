@@ -38,7 +38,7 @@ func (s *Store) LeaseMulti(ctx context.Context, items []store.StreamLeases, p *s
 		p = &store.LeaseParams{}
 	}
 	h, tracks := s.hist()
-	seen := map[string]streamMark{}
+	seen := map[string]seenStream{}
 	var valid []int
 	for i := range items {
 		if errs[i] != nil {

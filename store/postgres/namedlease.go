@@ -523,7 +523,7 @@ func (s *Store) acquireRound(ctx context.Context, reqs []store.AcquireLeaseReque
 	round = slices.SortedFunc(slices.Values(round), func(a, b int) int { return strings.Compare(reqs[a].Name, reqs[b].Name) })
 	n := len(round)
 	h, tracks := s.hist()
-	seen := make([]int64, n) // the fence marks before the statement
+	seen := make([]seenName, n) // the fence marks before the statement
 	for k, i := range round {
 		seen[k], _ = h.name(reqs[i].Name)
 	}

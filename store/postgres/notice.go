@@ -231,6 +231,19 @@ func (n *notices) watch(sink store.Sink) (unwatch func()) {
 	}
 }
 
+// forget tells the running Watch calls' sinks that know how
+// (store.Forgetter) to drop what they know of stream (AcceptHistory).
+func (n *notices) forget(stream string) {
+	n.mu.Lock()
+	sinks := n.sinks // copied on write: safe to range without the lock
+	n.mu.Unlock()
+	for _, reg := range sinks {
+		if f, ok := reg.(*registration).Sink.(store.Forgetter); ok {
+			f.Forget(stream)
+		}
+	}
+}
+
 // registration is one Watch call's entry among the sinks: found again by
 // its own pointer, so a sink need not be comparable.
 type registration struct{ store.Sink }

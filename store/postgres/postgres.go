@@ -75,7 +75,19 @@ type Config struct {
 	// reconnects and checks again. Default: DefaultDeafRecheckInterval
 	// (30 s).
 	DeafRecheckInterval time.Duration
+	// HistoryLimit bounds what the Store remembers to detect a database
+	// that lost history (see AcceptHistory): at most this many streams,
+	// and as many named leases, each about 100 bytes. The ones used least
+	// recently are forgotten first; a stream or name forgotten is checked
+	// again from its next answer on, and a loss of what was forgotten
+	// goes unnoticed. Refused streams and names are never forgotten.
+	// Default: DefaultHistoryLimit (10,000). Negative: invalid.
+	HistoryLimit int
 }
+
+// DefaultHistoryLimit is the default of Config.HistoryLimit: 10,000
+// streams and 10,000 named leases, about 2 MB at most.
+const DefaultHistoryLimit = 10_000
 
 // Store is the PostgreSQL backend.
 type Store struct {
@@ -136,6 +148,8 @@ func New(db DB, cfg *Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: Config.DeafPollInterval %v is negative: %w", cfg.DeafPollInterval, store.ErrInvalidArgument)
 	case cfg.DeafRecheckInterval < 0:
 		return nil, fmt.Errorf("postgres: Config.DeafRecheckInterval %v is negative: %w", cfg.DeafRecheckInterval, store.ErrInvalidArgument)
+	case cfg.HistoryLimit < 0:
+		return nil, fmt.Errorf("postgres: Config.HistoryLimit %d is negative: %w", cfg.HistoryLimit, store.ErrInvalidArgument)
 	}
 	var listenConfig *pgx.ConnConfig
 	if cfg.ListenDSN != "" {
@@ -158,7 +172,8 @@ func New(db DB, cfg *Config) (*Store, error) {
 		deafPoll: cmp.Or(cfg.DeafPollInterval, DefaultDeafPollInterval), recheckEvery: cmp.Or(cfg.DeafRecheckInterval, DefaultDeafRecheckInterval)}
 	s.notes = newNotices(s)
 	_, onTx := db.(pgx.Tx)
-	s.history, s.tracks = newHistory(logger), !onTx
+	s.history, s.tracks = newHistory(logger, cmp.Or(cfg.HistoryLimit, DefaultHistoryLimit)), !onTx
+	s.history.forget = s.notes.forget
 	return s, nil
 }
 

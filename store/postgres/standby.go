@@ -141,6 +141,11 @@ func NewStandby(db DB, cfg *StandbyConfig) (*Standby, error) {
 		return nil, fmt.Errorf("postgres: standby: %w", err)
 	}
 	s.logger = logger
+	// A standby is behind its primary, and a Standby behind a balancer of
+	// several is behind by different amounts from one read to the next:
+	// its reads would look like lost history. Writes, which alone refuse,
+	// go to the primary's Store, which tracks its own.
+	s.tracks = false
 	return &Standby{s: s, primary: cfg.Primary, logger: logger,
 		poll:       cmp.Or(cfg.PollInterval, DefaultStandbyPollInterval),
 		replayPoll: cmp.Or(cfg.ReplayPollInterval, DefaultReplayPollInterval)}, nil

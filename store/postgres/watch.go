@@ -30,7 +30,7 @@ func (s *Store) Snapshot(ctx context.Context, stream string, limit int) (store.S
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if tracks {
-			_ = h.read(stream, seen, 0, 0) // a stream this Store saw is gone
+			h.read(stream, seen, 0, 0) // a stream this Store saw is gone
 		}
 		return store.Snapshot{}, nil
 	case err != nil:
@@ -44,9 +44,9 @@ func (s *Store) Snapshot(ctx context.Context, stream string, limit int) (store.S
 		}
 	}
 	if tracks {
-		// A loss is logged, counted and refuses the stream's leases; the
-		// read returns what the server has.
-		_ = h.read(stream, seen, last, snap.Watermark)
+		// A read that goes back is logged and counted, and returns what
+		// the server has; only writes refuse (see history.read).
+		h.read(stream, seen, last, snap.Watermark)
 	}
 	return snap, nil
 }
