@@ -316,7 +316,8 @@ type Service struct {
 
 	mu          sync.Mutex // serialises cycles (the loop and RunOnce)
 	lastLatency time.Duration
-	attempts    map[string]attempt // failed recoveries, by stream; under mu
+	attempts    map[string]attempt   // failed recoveries, by stream; under mu
+	refused     map[string]time.Time // streams whose recoveries the store refused (lost history), by finding: few, kept; under mu
 
 	wake   wake   // streams waiting behind a live lease
 	status status // what the full cycles came to (Status)
@@ -425,6 +426,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 		logger:      logger,
 		observer:    cfg.Observer,
 		attempts:    map[string]attempt{},
+		refused:     map[string]time.Time{},
 		moveTx:      cfg.MoveTx,
 	}
 	sv.moveTxTime = cmp.Or(cfg.MoveTxTimeout, sv.qTimeout)

@@ -2,6 +2,7 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -108,7 +109,11 @@ func (w *walk) handle(ctx context.Context, e store.Entry) bool {
 	sv := w.c.sv
 	p := sv.selector.Select(w.level, e.Kind)
 	rctx, end := sv.startRecovery(ctx, e)
-	observe := func(step string, r recovery.Result, err error) { sv.step(rctx, e, step, r, err) }
+	observe := func(step string, r recovery.Result, err error) {
+		if !errors.Is(err, store.ErrHistoryLost) { // refused, not failed: see refused
+			sv.step(rctx, e, step, r, err)
+		}
+	}
 	it := pending{e: e, ctx: rctx, end: end}
 	if p.Plannable() {
 		plan, err := p.Plan(rctx, e, observe)
@@ -237,6 +242,9 @@ func (w *walk) moves(ctx context.Context, run []pending) bool {
 	}
 	cancel()
 	if err != nil {
+		if errors.Is(err, store.ErrHistoryLost) && w.knownRefusal(err) {
+			return w.refused(run, err) // refused before any statement
+		}
 		return w.unknown(ctx, run, err)
 	}
 	ok := true
@@ -286,6 +294,9 @@ func (w *walk) unknown(ctx context.Context, run []pending, err error) bool {
 			leased = true
 		}
 	}
+	if leased && errors.Is(err, store.ErrHistoryLost) {
+		return w.refused(run, err) // not applied
+	}
 	for i, it := range run {
 		e, found := now[it.e.Number]
 		if leased && (!found || !e.State.Resolved()) {
@@ -305,6 +316,45 @@ func (w *walk) unknown(ctx context.Context, run []pending, err error) bool {
 		w.settle(ctx, it, r, nil)
 	}
 	return true
+}
+
+// refused settles a run (or one entry) whose recovery the store refused
+// because the database lost the stream's history (store.ErrHistoryLost):
+// it was not applied, and every recovery of the stream is refused until
+// the operator accepts the server's history (the PostgreSQL store's
+// AcceptHistory). That is no failure of the entries: nothing is counted
+// (no failed step, no attempt toward MaxRecoveryAttempts, so no gap), the
+// stream waits for a later cycle, logged once per refusal, and the other
+// streams go on.
+func (w *walk) refused(run []pending, err error) bool {
+	for _, it := range run {
+		it.end(recovery.Result{}, err)
+	}
+	w.c.done[w.stream] = true
+	if !w.knownRefusal(err) {
+		w.c.sv.refused[w.stream] = refusedAt(err)
+		w.c.sv.logger.Warn("cleanup: recoveries of the stream are refused: the database lost history; "+
+			"the stream waits until its history is accepted (see docs/operations.md, Asynchronous replication)",
+			slog.String("stream", w.stream), slog.Any("error", err))
+	}
+	return false
+}
+
+// knownRefusal reports whether err, an ErrHistoryLost of a recovery of the
+// stream, is a refusal already met (refused): then it was refused before
+// any statement. The first time, the statement may have run and found the
+// loss in its answer, so the entries are read back (unknown).
+func (w *walk) knownRefusal(err error) bool {
+	at, ok := w.c.sv.refused[w.stream]
+	return ok && at.Equal(refusedAt(err))
+}
+
+// refusedAt tells refusals apart: the time its finding was made at.
+func refusedAt(err error) time.Time {
+	if lost := (*store.HistoryLostError)(nil); errors.As(err, &lost) {
+		return lost.At
+	}
+	return time.Time{}
 }
 
 // outcome is what an entry found resolved after a statement of unknown
@@ -357,6 +407,9 @@ func (w *walk) settle(ctx context.Context, it pending, r recovery.Result, err er
 	if err != nil && w.stopped(ctx) {
 		it.end(recovery.Result{}, err)
 		return false
+	}
+	if errors.Is(err, store.ErrHistoryLost) {
+		return w.refused([]pending{it}, err)
 	}
 	if err != nil {
 		r, err = w.giveUp(ctx, it, err)
