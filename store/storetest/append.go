@@ -27,7 +27,7 @@ func appendReqs(stream string, n int) []store.AppendRequest {
 func testAppend(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("appends committed entries after the leased ones, dense", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		held := b.lease1(s, 0, time.Minute)
 		reqs := appendReqs(s, 3)
 		es, err := b.appender().Append(b.ctx, s, reqs, &store.AppendParams{Owner: "appender", Now: b.at(time.Second)})
@@ -66,7 +66,7 @@ func testAppend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("creates the stream and is reported to watchers", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		sink := b.watch(t, s)
 		es, err := b.appender().Append(b.ctx, s, appendReqs(s, 2), &store.AppendParams{Now: b.at(0)})
 		require.NoError(t, err)
@@ -85,7 +85,7 @@ func testAppend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a nil payload is stored as none", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		_, err := b.appender().Append(b.ctx, s, []store.AppendRequest{{}}, nil)
 		require.NoError(t, err)
 		e := b.entry(s, 1)
@@ -95,7 +95,7 @@ func testAppend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("bad input appends nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		ok := appendReqs(s, 1)
 		cases := []struct {
 			name   string
@@ -123,7 +123,7 @@ func testAppend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent appends and leases stay dense", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const workers, rounds = 4, 5
 		var wg sync.WaitGroup
 		errs := make(chan error, 2*workers*rounds)

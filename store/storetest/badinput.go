@@ -48,7 +48,7 @@ func (b *bundle) snapshot(f *badFixture) snapshot {
 
 func testBadInput(t *testing.T, newStore func(t *testing.T) Store) {
 	b := newBundle(t, newStore)
-	shared := badFixture{stream: b.stream(""), now: b.at(time.Minute)}
+	shared := badFixture{stream: b.name(""), now: b.at(time.Minute)}
 	es := b.lease(shared.stream, 0, req(time.Hour, "c"), req(time.Hour, "live"), req(time.Second, "expired"))
 	b.commit(es[0], time.Second, []byte("committed"))
 	shared.live, shared.expired = es[1], es[2]
@@ -58,7 +58,7 @@ func testBadInput(t *testing.T, newStore func(t *testing.T) Store) {
 			cb := *b
 			cb.t, cb.ctx = t, t.Context()
 			f := shared
-			f.fresh = cb.stream("-never")
+			f.fresh = cb.name("-never")
 			before := cb.snapshot(&f)
 			ctx := cb.ctx
 			if c.want == context.Canceled {
@@ -84,7 +84,7 @@ func testBadInput(t *testing.T, newStore func(t *testing.T) Store) {
 		cb := *b
 		cb.t, cb.ctx = t, t.Context()
 		ctx, s, f := cb.ctx, cb.s, shared
-		f.fresh = cb.stream("-never")
+		f.fresh = cb.name("-never")
 		_, err := s.Lease(ctx, f.fresh, goodReqs(), &store.LeaseParams{Owner: "o", Now: f.now})
 		require.NoError(t, err, "Lease")
 		_, _, err = s.Extend(ctx, f.stream, 2, f.live.Token, &store.ExtendParams{TTL: time.Minute, Now: f.now})

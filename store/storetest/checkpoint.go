@@ -69,7 +69,7 @@ func (b *bundle) commitUpTo(stream string, n, k int) []store.Entry {
 func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("none saved is 0, for an unknown stream too", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		require.Zero(t, b.checkpoint("r", s))
 		b.commitUpTo(s, 2, 2)
 		require.Zero(t, b.checkpoint("r", s))
@@ -78,7 +78,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("moves forward up to the watermark; a repeat is a no-op", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.commitUpTo(s, 5, 3) // watermark 3
 		b.save("r", s, 2, time.Second)
 		require.Equal(t, int64(2), b.checkpoint("r", s))
@@ -91,7 +91,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("refuses to move backwards and changes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.commitUpTo(s, 4, 4)
 		b.save("r", s, 3, time.Second)
 		before := b.listCheckpoints(nil)
@@ -105,7 +105,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("refuses a position past the watermark and changes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.commitUpTo(s, 5, 2) // 3 is leased: watermark 2
 		b.commit(es[3], time.Second, nil)
 		b.save("r", s, 1, time.Second)
@@ -125,7 +125,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a stream that does not exist yet has watermark 0", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("-later")
+		s := b.name("-later")
 		err := b.s.SaveCheckpoint(b.ctx, "r", s, 1, nil)
 		requireRefused(t, err, store.ErrCheckpointAhead, store.CheckpointError{Reader: "r", Stream: s, Asked: 1})
 		require.Empty(t, b.listCheckpoints(nil))
@@ -136,7 +136,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("readers and streams are independent", func(t *testing.T) {
 		b := setup(t, newStore)
-		s1, s2 := b.stream("-1"), b.stream("-2")
+		s1, s2 := b.name("-1"), b.name("-2")
 		b.commitUpTo(s1, 3, 3)
 		b.commitUpTo(s2, 3, 3)
 		b.save("a", s1, 3, time.Second)
@@ -150,7 +150,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("delete removes it, and a later save may start lower", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.commitUpTo(s, 3, 3)
 		b.save("r", s, 3, time.Second)
 		b.save("other", s, 2, time.Second)
@@ -166,7 +166,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("lists in (reader, stream) order, filtered and paged, with watermarks", func(t *testing.T) {
 		b := setup(t, newStore)
-		s1, s2 := b.stream("-a"), b.stream("-b")
+		s1, s2 := b.name("-a"), b.name("-b")
 		b.commitUpTo(s1, 4, 4)
 		b.commitUpTo(s2, 3, 2)
 		b.save("y", s2, 1, time.Second)
@@ -207,7 +207,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("bad input is refused and changes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.commitUpTo(s, 2, 2)
 		b.save("r", s, 1, time.Second)
 		before := b.listCheckpoints(nil)
@@ -265,7 +265,7 @@ func testCheckpoints(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent saves lose nothing and never go back", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const savers, per = 4, 25
 		b.commitUpTo(s, savers*per, savers*per)
 		var wg sync.WaitGroup

@@ -12,7 +12,7 @@ import (
 func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("before expiry stores the payload", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(10*time.Second, "a"), req(10*time.Second, "b"))
 		payload := []byte("hello\x00world")
 		at := b.commit(es[0], time.Second, payload)
@@ -29,7 +29,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("nil payload stays empty", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		ts, err := b.s.Commit(b.ctx, s, e.Number, e.Token, nil)
 		require.NoError(t, err, "Commit with nil params")
@@ -47,7 +47,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("caller's payload slice is not retained", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		payload := []byte("original")
 		b.commit(e, time.Second, payload)
@@ -57,7 +57,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("at exactly ExpiresAt refused, one microsecond before accepted", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 5*time.Second)
 		before := b.stats(s)
 
@@ -77,7 +77,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("foreign token refused", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(10*time.Second, "a"), req(10*time.Second, "b"))
 		for name, tok := range map[string]store.Token{"random": store.NewToken(), "of another entry": es[1].Token} {
 			_, err := b.s.Commit(b.ctx, s, 1, tok, &store.CommitParams{Payload: []byte("x"), Now: b.at(time.Second)})
@@ -96,7 +96,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unknown number or stream is ErrNotFound", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		_, err := b.s.Commit(b.ctx, s, 2, e.Token, &store.CommitParams{Now: b.at(time.Second)})
 		require.ErrorIs(t, err, store.ErrNotFound, "number never handed out")
@@ -105,7 +105,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 		b.requireUnchanged(e)
 		require.Equal(t, int64(2), b.stats(s).NextNumber, "a refused commit hands out nothing")
 
-		other := b.stream("-other")
+		other := b.name("-other")
 		_, err = b.s.Commit(b.ctx, other, 1, e.Token, &store.CommitParams{Now: b.at(time.Second)})
 		require.ErrorIs(t, err, store.ErrNotFound, "unknown stream")
 		b.requireNoStream(other)
@@ -113,7 +113,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("after release is ErrReleased", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		b.release(e, time.Second)
 		want := b.entry(s, 1)
@@ -124,7 +124,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("after ResolveExpired is ErrExpired", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		b.expire(e, 10*time.Second, nil)
 		want := b.entry(s, 1)
@@ -138,7 +138,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("after a gap with a custom reason is ErrGap", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		b.expire(e, 10*time.Second, &store.ResolveExpiredParams{Reason: "recovered", RecoveredAs: 9})
 		want := b.entry(s, 1)
@@ -151,7 +151,7 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("repeated commit by the holder returns the first outcome", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		first := b.commit(e, time.Second, []byte("first"))
 		want := b.entry(s, 1)

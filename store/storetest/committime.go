@@ -32,7 +32,7 @@ func testCommitTime(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("Commit one microsecond before expiry records that instant", func(t *testing.T) {
 		b := setup(t, newStore)
 		for _, ordered := range []bool{false, true} {
-			e := b.lease1(b.stream(""), 0, ttl)
+			e := b.lease1(b.name(""), 0, ttl)
 			at, err := b.s.Commit(b.ctx, e.Stream, e.Number, e.Token, &store.CommitParams{Payload: []byte("x"), Ordered: ordered, Now: b.at(last)})
 			require.NoError(t, err, "Commit ordered=%v", ordered)
 			requireDecided(b, e, at, "Commit")
@@ -41,7 +41,7 @@ func testCommitTime(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("CommitBatch one microsecond before expiry records that instant", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(ttl, "a"), req(ttl, "b"))
 		res, err := b.s.CommitBatch(b.ctx, s, []store.CommitItem{
 			{Number: es[0].Number, Token: es[0].Token, Payload: []byte("a")},
@@ -60,7 +60,7 @@ func testCommitTime(t *testing.T, newStore func(t *testing.T) Store) {
 		if !ok {
 			return // not claimed: nothing to check (the capability groups say which)
 		}
-		e1, e2 := b.lease1(b.stream("a"), 0, ttl), b.lease1(b.stream("b"), 0, ttl)
+		e1, e2 := b.lease1(b.name("a"), 0, ttl), b.lease1(b.name("b"), 0, ttl)
 		res, err := mc.CommitMulti(b.ctx, []store.StreamCommit{
 			{Stream: e1.Stream, Number: e1.Number, Token: e1.Token, Payload: []byte("1")},
 			{Stream: e2.Stream, Number: e2.Number, Token: e2.Token, Payload: []byte("2"), Ordered: true},
@@ -74,7 +74,7 @@ func testCommitTime(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("on the backend's clock the recorded time lies in the lease", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es, err := b.s.Lease(b.ctx, s, []store.LeaseRequest{req(time.Hour, "a")}, &store.LeaseParams{Owner: "o"})
 		require.NoError(t, err)
 		e := es[0]

@@ -19,7 +19,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 		// and resolve every number; afterwards the stream is exactly 1..N,
 		// all resolved, each committed payload the one its committer wrote.
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const workers, rounds = 16, 20
 		type outcome struct {
 			worker  int
@@ -125,7 +125,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 		const workers, streams, rounds = 8, 6, 2
 		names := make([]string, streams)
 		for i := range names {
-			names[i] = b.stream(fmt.Sprintf("-%d", i))
+			names[i] = b.name(fmt.Sprintf("-%d", i))
 		}
 		got := make([][]int64, workers)
 		errs := make([]error, workers)
@@ -185,7 +185,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 		// side must win at least one of the 200 races (splits from 94/106
 		// to 122/78 seen on both backends, on one and two CPUs).
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const count = 200
 		reqs := make([]store.LeaseRequest, count)
 		for i := range reqs {
@@ -248,7 +248,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 		// Each attempt pins its own clock, so the resolution time tells which
 		// one wrote, and the payload must be that attempt's.
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const count, attempts = 20, 8
 		reqs := make([]store.LeaseRequest, count)
 		for i := range reqs {
@@ -288,7 +288,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent duplicate releases by the holder", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const count, attempts = 10, 8
 		reqs := make([]store.LeaseRequest, count)
 		for i := range reqs {

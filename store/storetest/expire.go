@@ -12,7 +12,7 @@ import (
 func testResolveExpired(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("refused while live, accepted at exactly ExpiresAt", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(10*time.Second, "a"), req(10*time.Second, "b"))
 		before := b.stats(s)
 		for _, at := range []time.Duration{0, 10*time.Second - time.Microsecond} {
@@ -34,7 +34,7 @@ func testResolveExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("records reason and RecoveredAs", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "a"), req(time.Second, "b"))
 		b.expire(es[0], time.Hour, &store.ResolveExpiredParams{Reason: "recovered: partial work", RecoveredAs: 3})
 		b.expire(es[1], time.Hour+time.Microsecond, &store.ResolveExpiredParams{RecoveredAs: 4})
@@ -44,7 +44,7 @@ func testResolveExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("nil params use the backend clock", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		// Leased in the past by the backend's clock, so expired now.
 		b.lease1(s, -time.Minute, time.Second)
 		require.NoError(t, b.s.ResolveExpired(b.ctx, s, 1, nil))
@@ -60,7 +60,7 @@ func testResolveExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("on a resolved entry", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "c"), req(time.Second, "r"), req(time.Second, "e"), req(time.Second, "g"))
 		b.commit(es[0], 0, []byte("c"))
 		b.release(es[1], 0)
@@ -76,13 +76,13 @@ func testResolveExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unknown number or stream is ErrNotFound", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, time.Second)
 		err := b.s.ResolveExpired(b.ctx, s, 2, &store.ResolveExpiredParams{Now: b.at(time.Minute)})
 		require.ErrorIs(t, err, store.ErrNotFound)
 		b.requireUnchanged(e)
 		require.Equal(t, int64(2), b.stats(s).NextNumber)
-		other := b.stream("-other")
+		other := b.name("-other")
 		err = b.s.ResolveExpired(b.ctx, other, 1, &store.ResolveExpiredParams{Now: b.at(time.Minute)})
 		require.ErrorIs(t, err, store.ErrNotFound, "unknown stream")
 		b.requireNoStream(other)
@@ -99,7 +99,7 @@ func testListExpired(t *testing.T, newStore func(t *testing.T) Store) {
 	//	sb: 1 expired, 2 expired, 3 live
 	populate := func(b *bundle) (sa, sb string, want []store.Entry) {
 		b.t.Helper()
-		prefix := b.stream("")
+		prefix := b.name("")
 		sa, sb = prefix+"/a", prefix+"/b"
 		ea := b.lease(sa, 0,
 			req(time.Second, "1"), req(time.Hour, "2"), req(2*time.Second, "3"),
@@ -232,7 +232,7 @@ func testListExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("default limit", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		reqs := make([]store.LeaseRequest, store.DefaultListLimit+5)
 		for i := range reqs {
 			reqs[i] = store.LeaseRequest{TTL: time.Second}
@@ -249,7 +249,7 @@ func testListExpired(t *testing.T, newStore func(t *testing.T) Store) {
 		// "B" (0x42) < "a" (0x61) < "é" (0xc3 0xa9), whatever a database
 		// collation would say.
 		b := setup(t, newStore)
-		prefix := b.stream("")
+		prefix := b.name("")
 		names := []string{prefix + "-B", prefix + "-a", prefix + "-b", prefix + "-é"}
 		for _, i := range []int{3, 1, 0, 2} {
 			b.lease1(names[i], 0, time.Second)

@@ -21,7 +21,7 @@ func testExtend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("moves the expiry to now plus TTL and counts renewals", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(10*time.Second, "a"), req(10*time.Second, "b"))
 		e := es[0]
 
@@ -48,7 +48,7 @@ func testExtend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("sets the expiry even when it shortens it", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, time.Hour)
 		extend(b, e, time.Second, time.Second)
 		requireTime(t, b.time(2*time.Second), b.entry(s, 1).ExpiresAt)
@@ -58,7 +58,7 @@ func testExtend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("sub-microsecond parts of a TTL are dropped", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, time.Minute)
 		now, exp, err := b.s.Extend(b.ctx, s, 1, e.Token, &store.ExtendParams{TTL: 10*time.Second + 999*time.Nanosecond, Now: b.at(time.Second)})
 		require.NoError(t, err)
@@ -71,7 +71,7 @@ func testExtend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("at or after expiry is ErrExpired", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		for _, at := range []time.Duration{10 * time.Second, time.Minute} {
 			_, _, err := b.s.Extend(b.ctx, s, 1, e.Token, &store.ExtendParams{TTL: time.Minute, Now: b.at(at)})
@@ -83,7 +83,7 @@ func testExtend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("foreign token refused", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(10*time.Second, "a"), req(10*time.Second, "b"))
 		for name, tok := range map[string]store.Token{"random": store.NewToken(), "of another entry": es[1].Token} {
 			_, _, err := b.s.Extend(b.ctx, s, 1, tok, &store.ExtendParams{TTL: time.Minute, Now: b.at(time.Second)})
@@ -95,12 +95,12 @@ func testExtend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unknown number or stream is ErrNotFound", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		_, _, err := b.s.Extend(b.ctx, s, 2, e.Token, &store.ExtendParams{TTL: time.Minute, Now: b.at(time.Second)})
 		require.ErrorIs(t, err, store.ErrNotFound)
 		b.requireUnchanged(e)
-		other := b.stream("-other")
+		other := b.name("-other")
 		_, _, err = b.s.Extend(b.ctx, other, 1, e.Token, &store.ExtendParams{TTL: time.Minute, Now: b.at(time.Second)})
 		require.ErrorIs(t, err, store.ErrNotFound, "unknown stream")
 		b.requireNoStream(other)
@@ -108,7 +108,7 @@ func testExtend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("after a resolution", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(10*time.Second, "c"), req(10*time.Second, "r"), req(10*time.Second, "e"), req(10*time.Second, "g"))
 		b.commit(es[0], time.Second, []byte("c"))
 		b.release(es[1], time.Second)
@@ -125,7 +125,7 @@ func testExtend(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("bad TTL is ErrInvalidTTL", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		for name, p := range map[string]*store.ExtendParams{
 			"nil params":       nil,

@@ -27,7 +27,7 @@ type gapFixture struct {
 //	6 gap "operator" recovered as 8, 7 released, 8 leased
 func populateGaps(b *bundle) gapFixture {
 	b.t.Helper()
-	s := b.stream("")
+	s := b.name("")
 	reqs := make([]store.LeaseRequest, 8)
 	for i := range reqs {
 		reqs[i] = req(time.Minute, fmt.Sprint(i+1))
@@ -145,7 +145,7 @@ func testGaps(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("ListGaps: default limit", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		reqs := make([]store.LeaseRequest, store.DefaultListLimit+1)
 		for i := range reqs {
 			reqs[i] = store.LeaseRequest{TTL: time.Second}
@@ -160,7 +160,7 @@ func testGaps(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a stream without gaps lists none and counts zero", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "a"), req(time.Minute, "b"))
 		b.commit(es[0], time.Second, nil)
 		require.Nil(t, b.listGaps(s, nil))
@@ -170,7 +170,7 @@ func testGaps(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unknown stream", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease1(s, 0, time.Minute)
 		other := s + "-other"
 		_, err := b.s.ListGaps(b.ctx, other, nil)
@@ -209,7 +209,7 @@ func testGaps(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("FillGap with nil Now uses the backend clock", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, time.Minute)
 		require.NoError(t, b.s.Release(b.ctx, s, 1, e.Token, nil))
 		require.NoError(t, b.s.FillGap(b.ctx, s, 1, &store.FillParams{FilledBy: "op"}))
@@ -266,7 +266,7 @@ func testGaps(t *testing.T, newStore func(t *testing.T) Store) {
 		// A holder that released, lost the answer and retries a commit must
 		// not be told it committed: the entry holds the filler's payload.
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, time.Minute)
 		b.release(e, time.Second)
 		b.fill(s, 1, []byte("filler"), "op", 2*time.Second)
@@ -278,7 +278,7 @@ func testGaps(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent fills of one gap: exactly one wins", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.release(b.lease1(s, 0, time.Minute), time.Second)
 		const fillers = 8
 		errs := make([]error, fillers)
@@ -329,7 +329,7 @@ func nilIfEmpty(ns []int64) []int64 {
 // nothing.
 func testGapBadInput(t *testing.T, newStore func(t *testing.T) Store) {
 	b := setup(t, newStore)
-	shared := badFixture{stream: b.stream(""), now: b.at(time.Minute)}
+	shared := badFixture{stream: b.name(""), now: b.at(time.Minute)}
 	es := b.lease(shared.stream, 0, req(time.Hour, "c"), req(time.Hour, "gap"), req(time.Hour, "live"))
 	b.commit(es[0], time.Second, []byte("committed"))
 	b.release(es[1], time.Second)
@@ -441,7 +441,7 @@ func testGapBadInput(t *testing.T, newStore func(t *testing.T) Store) {
 			cb := *b
 			cb.t, cb.ctx = t, t.Context()
 			f := shared
-			f.fresh = cb.stream("-never")
+			f.fresh = cb.name("-never")
 			before := cb.snapshot(&f)
 			ctx := cb.ctx
 			if c.want == context.Canceled {

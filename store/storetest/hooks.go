@@ -45,7 +45,7 @@ func asExpired(e store.Entry) store.Entry {
 func testHooks(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("each resolving call records a hook per entry it resolved, only with Hook", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "1"), req(time.Second, "2"), req(time.Second, "3"),
 			req(time.Second, "4"), req(time.Second, "5"), req(time.Second, "6"), req(time.Minute, "7"),
 			req(time.Second, "8"))
@@ -86,7 +86,7 @@ func testHooks(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a claim keeps others off until it ends; an ack is fenced by the claim", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease(s, 0, req(time.Second, "1"), req(time.Second, "2"))
 		_, err := b.s.ResolveExpiredBatch(b.ctx, s, []int64{1, 2}, &store.ResolveExpiredParams{Hook: true, Now: b.at(time.Second)})
 		require.NoError(t, err)
@@ -124,7 +124,7 @@ func testHooks(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a failed delivery is due again after its delay, with its error", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, time.Second)
 		b.expire(e, time.Second, &store.ResolveExpiredParams{Hook: true})
 		hs := b.claim(time.Second, time.Minute)
@@ -149,7 +149,7 @@ func testHooks(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("AddHooks records resolved entries without one", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "1"), req(time.Second, "2"), req(time.Minute, "3"))
 		b.expire(es[0], time.Second, nil)
 		b.expire(es[1], time.Second, &store.ResolveExpiredParams{Hook: true})
@@ -160,14 +160,14 @@ func testHooks(t *testing.T, newStore func(t *testing.T) Store) {
 		hs := b.claim(time.Hour, time.Minute)
 		require.Equal(t, []int64{1, 2}, refs(hs))
 		require.Equal(t, asExpired(es[0]), hs[0].Entry)
-		added, err = q.AddHooks(b.ctx, b.stream("none"), []int64{1})
+		added, err = q.AddHooks(b.ctx, b.name("none"), []int64{1})
 		require.NoError(t, err)
 		require.Empty(t, added, "no stream")
 	})
 
 	t.Run("bad input is refused and changes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, time.Second)
 		b.expire(e, time.Second, &store.ResolveExpiredParams{Hook: true})
 		q := b.hookQueue()
@@ -195,7 +195,7 @@ func testHooks(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent claimers never share a record", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const n = 200
 		reqs := make([]store.LeaseRequest, n)
 		for i := range reqs {

@@ -83,7 +83,7 @@ func (b *bundle) purge(p *store.PurgeReceivedParams) int64 {
 func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("the first receipt is first, a repeat is a duplicate", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("-consumer")
+		c := b.name("-consumer")
 		require.True(t, b.markReceived(c, "m-1", time.Second))
 		require.False(t, b.markReceived(c, "m-1", 2*time.Second), "the same message again is a duplicate")
 		require.False(t, b.markReceived(c, "m-1", 3*time.Second))
@@ -96,20 +96,20 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("consumers keep their records apart", func(t *testing.T) {
 		b := setup(t, newStore)
-		c1, c2 := b.stream("-a"), b.stream("-b")
+		c1, c2 := b.name("-a"), b.name("-b")
 		require.True(t, b.markReceived(c1, "m", 0))
 		require.True(t, b.markReceived(c2, "m", 0), "another consumer's first receipt of the same id")
 		require.False(t, b.markReceived(c2, "m", 0))
 		require.Equal(t, int64(1), b.countReceived(c1))
 		require.Equal(t, int64(1), b.countReceived(c2))
-		_, ok := b.received(b.stream("-none"), "m")
+		_, ok := b.received(b.name("-none"), "m")
 		require.False(t, ok, "no record for a consumer that received nothing")
-		require.Zero(t, b.countReceived(b.stream("-none")))
+		require.Zero(t, b.countReceived(b.name("-none")))
 	})
 
 	t.Run("the receive time is the backend's clock", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		first, err := b.s.MarkReceived(b.ctx, c, "m", nil)
 		require.NoError(t, err)
 		require.True(t, first)
@@ -123,7 +123,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("ids are compared byte for byte", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		ids := []string{"m", "M", "m ", "é", "e\u0301", strings.Repeat("x", store.MaxMessageIDLen)}
 		for _, id := range ids {
 			require.True(t, b.markReceived(c, id, 0), "%q", id)
@@ -136,7 +136,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent receipts of one message: exactly one is first", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		const n = 8
 		var wg sync.WaitGroup
 		firsts := make(chan string, n*10)
@@ -168,7 +168,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("purge deletes what was received before the cutoff, oldest first, in batches", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		for i := range 5 {
 			b.markReceived(c, fmt.Sprint("m-", i), time.Duration(i)*time.Second)
 		}
@@ -192,7 +192,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent purges delete each record once", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		const records = 200
 		for i := range records {
 			b.markReceived(c, fmt.Sprint(i), time.Duration(i)*time.Microsecond)
@@ -225,7 +225,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("the cutoff is strict", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		b.markReceived(c, "at", time.Second)
 		require.Zero(t, b.purge(&store.PurgeReceivedParams{Consumer: c, Before: b.time(time.Second)}))
 		require.Equal(t, int64(1), b.purge(&store.PurgeReceivedParams{Consumer: c, Before: b.time(time.Second + time.Microsecond)}))
@@ -233,7 +233,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("OlderThan counts from the backend's now", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		b.markReceived(c, "old", 0)
 		b.markReceived(c, "new", time.Minute)
 		p := &store.PurgeReceivedParams{Consumer: c, OlderThan: time.Minute, Now: b.at(time.Minute)}
@@ -250,7 +250,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("purge of one consumer leaves the others", func(t *testing.T) {
 		b := setup(t, newStore)
-		c1, c2 := b.stream("-a"), b.stream("-b")
+		c1, c2 := b.name("-a"), b.name("-b")
 		for i := range 3 {
 			b.markReceived(c1, fmt.Sprint(i), 0)
 			b.markReceived(c2, fmt.Sprint(i), 0)
@@ -264,7 +264,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a nil purge uses the defaults", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		for i := range store.DefaultPurgeLimit + 1 {
 			b.markReceived(c, fmt.Sprint(i), -time.Minute)
 		}
@@ -275,7 +275,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("bad input is refused and writes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		b.markReceived(c, "kept", 0)
 		long := strings.Repeat("x", store.MaxMessageIDLen+1)
 		cases := []struct {
@@ -328,7 +328,7 @@ func testInbox(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a cancelled context is not bad input and writes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		c := b.stream("")
+		c := b.name("")
 		ctx, cancel := context.WithCancel(b.ctx)
 		cancel()
 		_, err := b.s.MarkReceived(ctx, c, "m", nil)

@@ -13,7 +13,7 @@ import (
 func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("numbers start at 1 and are consecutive across calls and within a batch", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		var got []int64
 		got = append(got, numbers(b.lease(s, 0, req(time.Second, "a")))...)
 		got = append(got, numbers(b.lease(s, 0, req(time.Second, "b"), req(time.Second, "c"), req(time.Second, "d")))...)
@@ -26,7 +26,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("entry fields", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		reqs := []store.LeaseRequest{
 			{OperationID: "op-1", Kind: "projection.orders", TTL: 10 * time.Second},
 			{OperationID: "op-2", Kind: "projection.users", TTL: time.Microsecond},
@@ -61,7 +61,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("tokens are distinct across calls and streams", func(t *testing.T) {
 		b := setup(t, newStore)
-		s1, s2 := b.stream("-1"), b.stream("-2")
+		s1, s2 := b.name("-1"), b.name("-2")
 		seen := map[store.Token]string{}
 		for _, s := range []string{s1, s2, s1, s2} {
 			for _, e := range b.lease(s, 0, req(time.Second, "a"), req(time.Second, "b")) {
@@ -75,7 +75,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("nil params record no owner", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es, err := b.s.Lease(b.ctx, s, []store.LeaseRequest{req(time.Minute, "a")}, nil)
 		require.NoError(t, err)
 		require.Len(t, es, 1)
@@ -86,7 +86,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unpinned lease uses the backend clock", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		before, err := b.s.Now(b.ctx)
 		require.NoError(t, err)
 		es, err := b.s.Lease(b.ctx, s, []store.LeaseRequest{req(time.Minute, "a")}, &store.LeaseParams{Owner: "o"})
@@ -102,7 +102,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("streams are independent", func(t *testing.T) {
 		b := setup(t, newStore)
-		s1, s2 := b.stream("-1"), b.stream("-2")
+		s1, s2 := b.name("-1"), b.name("-2")
 		a := b.lease(s1, 0, req(time.Second, "a"), req(time.Second, "b"), req(time.Second, "c"))
 		require.Equal(t, span(1, 3), numbers(a))
 		b.requireNoStream(s2)
@@ -128,7 +128,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 		b := setup(t, newStore)
 		// The longest valid name, in multi-byte runes, and text fields at
 		// their limit.
-		s := b.stream("")
+		s := b.name("")
 		s += strings.Repeat("é", (store.MaxNameLen-len(s))/2)
 		s += strings.Repeat("x", store.MaxNameLen-len(s))
 		require.Len(t, s, store.MaxNameLen)
@@ -153,7 +153,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 		// Backends keep microseconds: ExpiresAt is LeasedAt + TTL truncated
 		// to the microsecond, and the deadline is that stored instant.
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second+999*time.Nanosecond)
 		requireTime(t, b.time(10*time.Second), e.ExpiresAt, "Lease's ExpiresAt")
 		requireTime(t, b.time(10*time.Second), b.entry(s, 1).ExpiresAt, "stored ExpiresAt")
@@ -163,7 +163,7 @@ func testLease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("accepts a batch of MaxBatch", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease1(s, 0, time.Minute)
 		reqs := make([]store.LeaseRequest, store.MaxBatch)
 		for i := range reqs {

@@ -26,28 +26,28 @@ type Interrupter interface {
 
 // capabilities returns the capability groups of the suite that s has
 // (store/capability.go): a backend is checked for exactly what it claims.
-func capabilities(s Store) []group {
-	var out []group
+func capabilities(s Store) []group[Store] {
+	var out []group[Store]
 	if _, ok := s.(store.MultiLeaser); ok {
-		out = append(out, group{"LeaseMulti", testLeaseMulti})
+		out = append(out, group[Store]{"LeaseMulti", testLeaseMulti})
 	}
 	if _, ok := s.(store.MultiCommitter); ok {
-		out = append(out, group{"CommitMulti", testCommitMulti})
+		out = append(out, group[Store]{"CommitMulti", testCommitMulti})
 	}
 	if _, ok := s.(store.OneByOne); ok {
-		out = append(out, group{"OneByOne", testOneByOne})
+		out = append(out, group[Store]{"OneByOne", testOneByOne})
 	}
 	if ip, ok := s.(store.InProcess); ok && ip.InProcess() {
-		out = append(out, group{"InProcess", testInProcess})
+		out = append(out, group[Store]{"InProcess", testInProcess})
 	}
 	if _, ok := s.(store.Appender); ok {
-		out = append(out, group{"Append", testAppend})
+		out = append(out, group[Store]{"Append", testAppend})
 	}
 	if _, ok := s.(store.HookQueue); ok {
-		out = append(out, group{"Hooks", testHooks})
+		out = append(out, group[Store]{"Hooks", testHooks})
 	}
 	if _, ok := s.(Interrupter); ok {
-		out = append(out, group{"Interrupted", testInterrupted})
+		out = append(out, group[Store]{"Interrupted", testInterrupted})
 	}
 	return out
 }
@@ -70,7 +70,7 @@ func streamLeases(stream string, n int, ttl time.Duration) store.StreamLeases {
 func testLeaseMulti(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("leases each item as Lease would, streams dense, in item order", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa, sb, sc := b.stream("a"), b.stream("b"), b.stream("c")
+		sa, sb, sc := b.name("a"), b.name("b"), b.name("c")
 		items := []store.StreamLeases{
 			streamLeases(sa, 2, time.Minute), streamLeases(sb, 1, time.Second),
 			streamLeases(sa, 1, time.Hour), streamLeases(sc, 3, time.Minute),
@@ -107,8 +107,8 @@ func testLeaseMulti(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("an item with bad input fails alone and changes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa, sb := b.stream("a"), b.stream("b")
-		bad := b.stream("bad\x00")
+		sa, sb := b.name("a"), b.name("b")
+		bad := b.name("bad\x00")
 		items := []store.StreamLeases{
 			streamLeases(sa, 1, time.Minute),
 			streamLeases(bad, 1, time.Minute),
@@ -134,7 +134,7 @@ func testLeaseMulti(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("bad input of the whole call fails every item and leases nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa := b.stream("a")
+		sa := b.name("a")
 		for name, call := range map[string]struct {
 			items []store.StreamLeases
 			p     *store.LeaseParams
@@ -157,7 +157,7 @@ func testLeaseMulti(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a cancelled context leases nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa, sb := b.stream("a"), b.stream("b")
+		sa, sb := b.name("a"), b.name("b")
 		ctx, cancel := context.WithCancel(b.ctx)
 		cancel()
 		res := b.multiLeaser().LeaseMulti(ctx, []store.StreamLeases{streamLeases(sa, 1, time.Minute), streamLeases(sb, 1, time.Minute)}, nil)
@@ -171,7 +171,7 @@ func testLeaseMulti(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent calls over the same streams stay dense", func(t *testing.T) {
 		b := setup(t, newStore)
-		streams := []string{b.stream("a"), b.stream("b"), b.stream("c"), b.stream("d")}
+		streams := []string{b.name("a"), b.name("b"), b.name("c"), b.name("d")}
 		const callers, rounds = 8, 10
 		var wg sync.WaitGroup
 		for c := range callers {
@@ -209,7 +209,7 @@ func testCommitMulti(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("commits the items of several streams, each as Commit would", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa, sb := b.stream("a"), b.stream("b")
+		sa, sb := b.name("a"), b.name("b")
 		a := b.lease(sa, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"))
 		bs := b.lease(sb, 0, req(time.Minute, "1"), req(time.Minute, "2"))
 		foreign := item(bs[1], true)
@@ -240,7 +240,7 @@ func testCommitMulti(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("an ordered item counts the earlier items of its stream only when they succeeded", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa, sb := b.stream("a"), b.stream("b")
+		sa, sb := b.name("a"), b.name("b")
 		a := b.lease(sa, 0, req(time.Minute, "1"), req(time.Second, "2"), req(time.Minute, "3"))
 		bs := b.lease(sb, 0, req(time.Minute, "1"))
 		items := []store.StreamCommit{item(a[0], true), item(a[1], true), item(bs[0], true), item(a[2], true)}
@@ -259,7 +259,7 @@ func testCommitMulti(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("an item with bad input fails alone and changes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa, sb := b.stream("a"), b.stream("b")
+		sa, sb := b.name("a"), b.name("b")
 		a := b.lease(sa, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"))
 		bs := b.lease(sb, 0, req(time.Minute, "1"))
 		zero := item(a[0], false)
@@ -293,7 +293,7 @@ func testCommitMulti(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("the watchers hear of the items that committed, and of nothing else", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa, sb := b.stream("a"), b.stream("b")
+		sa, sb := b.name("a"), b.name("b")
 		sinkA, sinkB := b.watch(t, sa), b.watch(t, sb)
 		a := b.lease(sa, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"), req(time.Minute, "4"))
 		bs := b.lease(sb, 0, req(time.Minute, "1"), req(time.Minute, "2"))
@@ -322,7 +322,7 @@ func testCommitMulti(t *testing.T, newStore func(t *testing.T) Store) {
 func testInterrupted(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("a CommitMulti cut mid-way: each item's outcome is learned by retrying it", func(t *testing.T) {
 		b := setup(t, newStore)
-		sa, sb := b.stream("a"), b.stream("b")
+		sa, sb := b.name("a"), b.name("b")
 		a := b.lease(sa, 0, req(time.Minute, "1"), req(time.Minute, "2"))
 		bs := b.lease(sb, 0, req(time.Minute, "1"), req(time.Minute, "2"))
 		items := []store.StreamCommit{
@@ -363,7 +363,7 @@ func testOneByOne(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("LeaseOne and CommitOne do what Lease and Commit do", func(t *testing.T) {
 		b := setup(t, newStore)
 		one := b.s.(store.OneByOne)
-		s := b.stream("")
+		s := b.name("")
 		p := &store.LeaseParams{Owner: "one", Now: b.at(0)}
 		e1, err := one.LeaseOne(b.ctx, s, req(time.Minute, "1"), p)
 		require.NoError(t, err)
@@ -395,7 +395,7 @@ func testOneByOne(t *testing.T, newStore func(t *testing.T) Store) {
 func testInProcess(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("watchers hear of a resolution before the call that made it returns", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		sink := b.watch(t, s)
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"))
 		b.commit(es[0], time.Second, nil)

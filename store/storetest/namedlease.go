@@ -2,8 +2,6 @@ package storetest
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +12,7 @@ import (
 
 // NamedLeaseStore is the storage contract of named leases (package lease),
 // as the conformance suite exercises it. Its method comments are the
-// specification; the state diagram is in package store (namedlease.go).
+// specification; the state diagram is in package store (doc.go).
 //
 // Every method validates its input first: bad input returns an error
 // matching store.ErrInvalidArgument and its specific sentinel, and changes
@@ -130,10 +128,7 @@ type NamedLeaseStore interface {
 // (once for the whole bad-input table).
 func RunNamedLeases(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 	t.Helper()
-	groups := []struct {
-		name string
-		run  func(t *testing.T, newStore func(t *testing.T) NamedLeaseStore)
-	}{
+	runGroups(t, newStore, []group[NamedLeaseStore]{
 		{"Acquire", testNamedAcquire},
 		{"Renew", testNamedRenew},
 		{"Release", testNamedRelease},
@@ -147,58 +142,24 @@ func RunNamedLeases(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 		{"Batch", testNamedBatch},
 		{"Concurrency", testNamedConcurrency},
 		{"BadInput", testNamedBadInput},
-	}
-	for _, g := range groups {
-		t.Run(g.name, func(t *testing.T) {
-			t.Parallel()
-			g.run(t, newStore)
-		})
-	}
+	})
 }
 
-// nlBundle is what a named-lease subtest works with: a fresh store, a
-// context and a base time on the backend's clock from which every pinned
-// time is an offset.
-type nlBundle struct {
-	t    *testing.T
-	ctx  context.Context
-	s    NamedLeaseStore
-	base time.Time
-}
+// nlBundle is what a subtest of RunNamedLeases works with.
+type nlBundle struct{ harness[NamedLeaseStore] }
 
+// nlSetup marks t parallel and returns its bundle.
 func nlSetup(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) *nlBundle {
 	t.Helper()
 	t.Parallel()
 	return nlNewBundle(t, newStore)
 }
 
+// nlNewBundle returns the bundle of t, for a t that shares its store with
+// sequential subtests.
 func nlNewBundle(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) *nlBundle {
 	t.Helper()
-	s := newStore(t)
-	require.NotNil(t, s, "newStore returned nil")
-	now, err := s.Now(t.Context())
-	require.NoError(t, err, "Now")
-	return &nlBundle{t: t, ctx: t.Context(), s: s, base: normTime(store.Micro(now))}
-}
-
-func (b *nlBundle) at(d time.Duration) *time.Time {
-	tm := b.base.Add(d)
-	return &tm
-}
-
-func (b *nlBundle) time(d time.Duration) time.Time { return b.base.Add(d) }
-
-// name returns a lease name unique to this process, derived from the
-// subtest's name.
-func (b *nlBundle) name(suffix string) string {
-	name := b.t.Name()
-	if i := strings.IndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
-	}
-	if len(name) > 120 {
-		name = name[len(name)-120:]
-	}
-	return fmt.Sprintf("%s#%09d%s", name, streamSeq.Add(1), suffix)
+	return &nlBundle{newHarness(t, newStore)}
 }
 
 // acquire acquires name for owner at base+at with ttl and checks the result.

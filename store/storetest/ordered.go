@@ -19,7 +19,7 @@ func (b *bundle) ordered(e store.Entry, at time.Duration) error {
 func testOrdered(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("waits for every earlier number (I4)", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"))
 		require.ErrorIs(t, b.ordered(es[2], time.Second), store.ErrNotReady)
 		require.ErrorIs(t, b.ordered(es[1], time.Second), store.ErrNotReady)
@@ -34,7 +34,7 @@ func testOrdered(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("gaps count as resolved", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "1"), req(time.Minute, "2"), req(time.Minute, "3"))
 		require.ErrorIs(t, b.ordered(es[1], 2*time.Second), store.ErrNotReady, "1 expired but unresolved")
 		b.expire(es[0], 2*time.Second, nil)
@@ -46,14 +46,14 @@ func testOrdered(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("expiry wins over not ready", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Second, "2"))
 		require.ErrorIs(t, b.ordered(es[1], time.Second), store.ErrExpired)
 	})
 
 	t.Run("unordered commit does not wait", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"))
 		b.commit(es[1], time.Second, nil)
 		require.Equal(t, store.Committed, b.entry(s, 2).State)
@@ -72,7 +72,7 @@ func testCommitBatch(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("ordered run commits together", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"))
 		res, err := b.s.CommitBatch(b.ctx, s, items(es), &store.CommitBatchParams{Ordered: true, Now: b.at(time.Second)})
 		require.NoError(t, err)
@@ -94,7 +94,7 @@ func testCommitBatch(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a failed item holds back the ordered items after it", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Second, "2"), req(time.Minute, "3"), req(time.Minute, "4"))
 		its := items(es)
 		its[2].Token = store.NewToken()
@@ -112,7 +112,7 @@ func testCommitBatch(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unordered items are independent", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "1"), req(time.Minute, "2"))
 		res, err := b.s.CommitBatch(b.ctx, s, items(es), &store.CommitBatchParams{Now: b.at(2 * time.Second)})
 		require.NoError(t, err)
@@ -122,7 +122,7 @@ func testCommitBatch(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("bad input changes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"))
 		for name, its := range map[string][]store.CommitItem{
 			"no items":           nil,

@@ -19,7 +19,7 @@ func testRead(t *testing.T, newStore func(t *testing.T) Store) {
 	//	custom reason, 8 leased, 9 committed, 10 leased
 	populate := func(b *bundle) (string, []store.Entry) {
 		b.t.Helper()
-		s := b.stream("")
+		s := b.name("")
 		reqs := make([]store.LeaseRequest, 10)
 		for i := range reqs {
 			reqs[i] = store.LeaseRequest{OperationID: string(rune('a' + i)), Kind: "k", TTL: time.Duration(i+1) * time.Second}
@@ -86,7 +86,7 @@ func testRead(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("default limit", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		reqs := make([]store.LeaseRequest, store.DefaultListLimit+1)
 		for i := range reqs {
 			reqs[i] = store.LeaseRequest{TTL: time.Minute}
@@ -99,7 +99,7 @@ func testRead(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unknown stream is ErrStreamNotFound", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease1(s, 0, time.Minute)
 		for _, other := range []string{s + "-other", strings.ToUpper(s)} {
 			_, err := b.s.Read(b.ctx, other, 0, 0)
@@ -109,7 +109,7 @@ func testRead(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("returned payloads are copies", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.commit(b.lease1(s, 0, time.Minute), time.Second, []byte("stored"))
 		es, err := b.s.Read(b.ctx, s, 0, 0)
 		require.NoError(t, err)

@@ -18,7 +18,7 @@ func testRecoverExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("moves the work to a new number atomically", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "op-1"), req(time.Minute, "op-2"))
 		moved, err := recover(b, s, 1, 2*time.Second)
 		require.NoError(t, err)
@@ -50,7 +50,7 @@ func testRecoverExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a gap whose work moved cannot be filled", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease(s, 0, req(time.Second, "op-1"))
 		moved, err := recover(b, s, 1, 2*time.Second)
 		require.NoError(t, err)
@@ -66,7 +66,7 @@ func testRecoverExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("refusals change nothing and never copy twice", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "1"), req(time.Second, "2"), req(time.Second, "3"), req(time.Minute, "4"))
 		b.commit(es[1], 0, nil)
 		b.release(es[2], 0)
@@ -92,7 +92,7 @@ func testRecoverExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("ResolveExpiredBatch resolves what is expired and leased", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "1"), req(time.Second, "2"), req(time.Minute, "3"), req(time.Second, "4"))
 		b.commit(es[1], 0, nil)
 		got, err := b.s.ResolveExpiredBatch(b.ctx, s, []int64{4, 1, 2, 3, 99}, &store.ResolveExpiredParams{Now: b.at(2 * time.Second)})
@@ -122,7 +122,7 @@ func testRecoverExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("bad input", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease(s, 0, req(time.Second, "1"))
 		for name, p := range map[string]*store.RecoverParams{
 			"nil params":          nil,
@@ -143,7 +143,7 @@ func testRecoverExpired(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("races the holder's commit at the deadline: one wins", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const n = 40
 		reqs := make([]store.LeaseRequest, n)
 		for i := range reqs {

@@ -18,7 +18,7 @@ func testRecoverExpiredBatch(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("moves in item order, each move whole", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "1"), req(time.Second, "2"), req(time.Second, "3"),
 			req(time.Second, "4"), req(time.Second, "5"), req(time.Minute, "6"), req(time.Second, "7"))
 		b.commit(es[1], 0, nil)
@@ -78,7 +78,7 @@ func testRecoverExpiredBatch(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("records the reason; an unknown stream moves nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease(s, 0, req(time.Second, "1"))
 		got, err := b.s.RecoverExpiredBatch(b.ctx, s, []store.RecoverItem{item(1, "retry")},
 			&store.RecoverBatchParams{Reason: "handed over", Now: b.at(time.Second)})
@@ -86,14 +86,14 @@ func testRecoverExpiredBatch(t *testing.T, newStore func(t *testing.T) Store) {
 		require.Equal(t, int64(2), got[0].Moved, "at exactly the expiry")
 		require.Equal(t, "handed over", b.entry(s, 1).GapReason)
 
-		got, err = b.s.RecoverExpiredBatch(b.ctx, b.stream("-none"), []store.RecoverItem{item(1, "retry")}, nil)
+		got, err = b.s.RecoverExpiredBatch(b.ctx, b.name("-none"), []store.RecoverItem{item(1, "retry")}, nil)
 		require.NoError(t, err)
 		require.ErrorIs(t, got[0].Err, store.ErrNotFound)
 	})
 
 	t.Run("bad input changes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Second, "1"), req(time.Second, "2"))
 		many := make([]store.RecoverItem, store.MaxBatch+1)
 		for i := range many {
@@ -124,7 +124,7 @@ func testRecoverExpiredBatch(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("concurrent batches move each entry once", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const n, callers = 60, 4
 		reqs := make([]store.LeaseRequest, n)
 		for i := range reqs {
@@ -175,7 +175,7 @@ func testRecoverExpiredBatch(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("races the holders' commits at the deadline: one wins", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const n = 40
 		reqs := make([]store.LeaseRequest, n)
 		items := make([]store.RecoverItem, n)

@@ -12,7 +12,7 @@ import (
 func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("becomes a released gap", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(10*time.Second, "a"), req(10*time.Second, "b"))
 		b.release(es[0], 2*time.Second)
 		require.Equal(t, resolved(es[0], store.Gap, b.time(2*time.Second), nil, store.ReasonReleased, 0), b.entry(s, 1),
@@ -26,7 +26,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("nil params use the backend clock", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e, err := b.s.Lease(b.ctx, s, []store.LeaseRequest{req(time.Hour, "a")}, nil)
 		require.NoError(t, err)
 		require.NoError(t, b.s.Release(b.ctx, s, 1, e[0].Token, nil))
@@ -38,7 +38,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("repeated release returns nil and writes nothing", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		b.release(e, time.Second)
 		want := b.entry(s, 1)
@@ -52,7 +52,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("after commit is ErrCommitted", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		b.commit(e, time.Second, []byte("done"))
 		want := b.entry(s, 1)
@@ -63,7 +63,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("foreign token refused", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(10*time.Second, "a"), req(10*time.Second, "b"))
 		for name, tok := range map[string]store.Token{"random": store.NewToken(), "of another entry": es[1].Token} {
 			err := b.s.Release(b.ctx, s, 1, tok, &store.ReleaseParams{Now: b.at(time.Second)})
@@ -81,14 +81,14 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unknown number or stream is ErrNotFound", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		err := b.s.Release(b.ctx, s, 2, e.Token, &store.ReleaseParams{Now: b.at(time.Second)})
 		require.ErrorIs(t, err, store.ErrNotFound)
 		b.requireUnchanged(e)
 		require.Equal(t, int64(2), b.stats(s).NextNumber)
 
-		other := b.stream("-other")
+		other := b.name("-other")
 		err = b.s.Release(b.ctx, other, 1, e.Token, &store.ReleaseParams{Now: b.at(time.Second)})
 		require.ErrorIs(t, err, store.ErrNotFound, "unknown stream")
 		b.requireNoStream(other)
@@ -96,7 +96,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("after expiry but before ResolveExpired is accepted", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		for _, at := range []time.Duration{10 * time.Second, time.Minute} {
 			_, err := b.s.Commit(b.ctx, s, 1, e.Token, &store.CommitParams{Now: b.at(at)})
@@ -113,7 +113,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("after ResolveExpired is ErrExpired", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		b.expire(e, 10*time.Second, nil)
 		want := b.entry(s, 1)
@@ -124,7 +124,7 @@ func testRelease(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("after a gap with a custom reason is ErrGap", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		e := b.lease1(s, 0, 10*time.Second)
 		b.expire(e, 10*time.Second, &store.ResolveExpiredParams{Reason: "recovered", RecoveredAs: 2})
 		want := b.entry(s, 1)

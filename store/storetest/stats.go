@@ -12,7 +12,7 @@ import (
 func testStats(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("scripted sequence", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		stats := func(next, watermark, unresolved, oldest int64, oldestAt time.Duration) store.StreamStats {
 			st := store.StreamStats{Stream: s, NextNumber: next, Watermark: watermark, Unresolved: unresolved, OldestUnresolved: oldest, LowPoint: 1}
 			if oldest != 0 {
@@ -56,7 +56,7 @@ func testStats(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unknown stream is ErrStreamNotFound", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.requireNoStream(s)
 		b.lease1(s, 0, time.Minute)
 		_, err := b.s.Stats(b.ctx, s+"-other")

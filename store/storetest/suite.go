@@ -24,7 +24,7 @@ import (
 // one (Interrupter): a backend is checked for exactly what it claims.
 func Run(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Helper()
-	groups := []group{
+	groups := []group[Store]{
 		{"Lease", testLease},
 		{"Commit", testCommit},
 		{"Release", testRelease},
@@ -50,6 +50,18 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 		{"Checkpoints", testCheckpoints},
 	}
 	groups = append(groups, capabilities(newStore(t))...)
+	runGroups(t, newStore, groups)
+}
+
+// group is a group of the suite's subtests: one concept of the contract S.
+type group[S any] struct {
+	name string
+	run  func(t *testing.T, newStore func(t *testing.T) S)
+}
+
+// runGroups runs each group as a parallel subtest of t.
+func runGroups[S any](t *testing.T, newStore func(t *testing.T) S, groups []group[S]) {
+	t.Helper()
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
@@ -58,21 +70,63 @@ func Run(t *testing.T, newStore func(t *testing.T) Store) {
 	}
 }
 
-// group is a group of the suite's subtests: one concept.
-type group struct {
-	name string
-	run  func(t *testing.T, newStore func(t *testing.T) Store)
+// clock is what the suite needs of every contract it checks: the
+// backend's clock, from which each subtest takes its base time.
+type clock interface {
+	Now(ctx context.Context) (time.Time, error)
 }
 
-// bundle is what a subtest works with: a fresh store, a context and a base
-// time on the backend's clock (in UTC, microseconds) from which every pinned
-// time is an offset.
-type bundle struct {
+// harness is what every subtest works with, whatever the contract S: a
+// fresh store, a context and a base time on the backend's clock (in UTC,
+// microseconds) from which every pinned time is an offset. The bundles of
+// the two suites embed it: bundle (Store) and nlBundle (NamedLeaseStore).
+type harness[S clock] struct {
 	t    *testing.T
 	ctx  context.Context
-	s    Store
+	s    S
 	base time.Time
 }
+
+// newHarness returns the harness of t with a store from newStore.
+func newHarness[S clock](t *testing.T, newStore func(t *testing.T) S) harness[S] {
+	t.Helper()
+	s := newStore(t)
+	require.NotNil(t, s, "newStore returned nil")
+	ctx := t.Context()
+	now, err := s.Now(ctx)
+	require.NoError(t, err, "Now")
+	require.False(t, now.IsZero(), "Now returned the zero time")
+	return harness[S]{t: t, ctx: ctx, s: s, base: normTime(store.Micro(now))}
+}
+
+var nameSeq atomic.Int64
+
+// name returns a name (of a stream, of a lease) unique to this process,
+// derived from the subtest's name so that a shared database shows who wrote
+// what. The counter is zero-padded so that names sort in the order they
+// were made (a test's expectations in name order hold past #999).
+func (h *harness[S]) name(suffix string) string {
+	name := h.t.Name()
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		name = name[i+1:]
+	}
+	if len(name) > 120 {
+		name = name[len(name)-120:]
+	}
+	return fmt.Sprintf("%s#%09d%s", name, nameSeq.Add(1), suffix)
+}
+
+// at returns a pointer to base+d, for the Now fields of the params.
+func (h *harness[S]) at(d time.Duration) *time.Time {
+	tm := h.base.Add(d)
+	return &tm
+}
+
+// time returns base+d.
+func (h *harness[S]) time(d time.Duration) time.Time { return h.base.Add(d) }
+
+// bundle is what a subtest of Run works with.
+type bundle struct{ harness[Store] }
 
 // setup marks t parallel and returns its bundle.
 func setup(t *testing.T, newStore func(t *testing.T) Store) *bundle {
@@ -85,40 +139,8 @@ func setup(t *testing.T, newStore func(t *testing.T) Store) *bundle {
 // sequential subtests.
 func newBundle(t *testing.T, newStore func(t *testing.T) Store) *bundle {
 	t.Helper()
-	s := newStore(t)
-	require.NotNil(t, s, "newStore returned nil")
-	ctx := t.Context()
-	now, err := s.Now(ctx)
-	require.NoError(t, err, "Now")
-	require.False(t, now.IsZero(), "Now returned the zero time")
-	return &bundle{t: t, ctx: ctx, s: s, base: normTime(store.Micro(now))}
+	return &bundle{newHarness(t, newStore)}
 }
-
-var streamSeq atomic.Int64
-
-// stream returns a stream name unique to this process, derived from the
-// subtest's name so that a shared database shows who wrote what. The
-// counter is zero-padded so that names sort in the order they were made
-// (a test's expectations in name order hold past #999).
-func (b *bundle) stream(suffix string) string {
-	name := b.t.Name()
-	if i := strings.IndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
-	}
-	if len(name) > 120 {
-		name = name[len(name)-120:]
-	}
-	return fmt.Sprintf("%s#%09d%s", name, streamSeq.Add(1), suffix)
-}
-
-// at returns a pointer to base+d, for the Now fields of the params.
-func (b *bundle) at(d time.Duration) *time.Time {
-	tm := b.base.Add(d)
-	return &tm
-}
-
-// time returns base+d.
-func (b *bundle) time(d time.Duration) time.Time { return b.base.Add(d) }
 
 // req is a lease request with a TTL and generated operation id and kind.
 func req(ttl time.Duration, op string) store.LeaseRequest {

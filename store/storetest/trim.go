@@ -49,7 +49,7 @@ func (b *bundle) read(stream string, after int64, limit int) []store.Entry {
 func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("a fresh stream's low point is 1", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease(s, 0, req(time.Minute, "a"), req(time.Minute, "b"))
 		require.Equal(t, int64(1), b.stats(s).LowPoint)
 		require.Equal(t, int64(1), b.trim(s, 1), "below 1 trims nothing")
@@ -60,7 +60,7 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("never removes an unresolved entry nor passes the watermark", func(t *testing.T) {
 		// Lease 1..10; resolve 1-4, 6 and 8; 5, 7, 9 and 10 stay leased.
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		reqs := make([]store.LeaseRequest, 10)
 		for i := range reqs {
 			reqs[i] = req(time.Hour, fmt.Sprint(i+1))
@@ -99,7 +99,7 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("below bounds the trim", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		reqs := make([]store.LeaseRequest, 10)
 		for i := range reqs {
 			reqs[i] = req(time.Hour, fmt.Sprint(i+1))
@@ -117,7 +117,7 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("the low point never goes back", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		reqs := make([]store.LeaseRequest, 10)
 		for i := range reqs {
 			reqs[i] = req(time.Hour, fmt.Sprint(i+1))
@@ -135,7 +135,7 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("trimming everything, then leasing on", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Hour, "1"), req(time.Hour, "2"), req(time.Hour, "3"))
 		for _, e := range es {
 			b.commit(e, time.Second, nil)
@@ -157,7 +157,7 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("a holder's retry on a trimmed number says trimmed", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"))
 		b.commit(es[0], 0, []byte("one"))
 		b.commit(es[1], 0, []byte("two"))
@@ -176,7 +176,7 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 
 	t.Run("unknown stream is ErrStreamNotFound", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		b.lease1(s, 0, time.Minute)
 		_, err := b.s.Trim(b.ctx, s+"-other", 5)
 		require.ErrorIs(t, err, store.ErrStreamNotFound)
@@ -186,7 +186,7 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("trimmed gaps are neither listed, counted nor fillable", func(t *testing.T) {
 		// 1, 2 and 5 released, 3 and 4 committed, 6 leased.
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Hour, "1"), req(time.Hour, "2"), req(time.Hour, "3"),
 			req(time.Hour, "4"), req(time.Hour, "5"), req(time.Hour, "6"))
 		for _, i := range []int{0, 1, 4} {
@@ -215,7 +215,7 @@ func testTrim(t *testing.T, newStore func(t *testing.T) Store) {
 		// unresolved entry (I6) or pass the watermark, and each trimmer sees
 		// its low point only rise.
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		const workers, rounds, trimmers = 6, 15, 2
 		held := make([][]store.Entry, workers)
 		errs := make([]error, workers+trimmers)

@@ -16,7 +16,7 @@ import (
 func testSnapshot(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("describes the stream at one instant", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		snap, err := b.s.Snapshot(b.ctx, s, 0)
 		require.NoError(t, err, "unknown stream")
 		require.Equal(t, store.Snapshot{}, snap)
@@ -54,7 +54,7 @@ func testSnapshot(t *testing.T, newStore func(t *testing.T) Store) {
 func testReadResolved(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("stops before the first unresolved entry", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		_, err := b.s.ReadResolved(b.ctx, s, 0, 0)
 		require.ErrorIs(t, err, store.ErrStreamNotFound)
 
@@ -100,7 +100,7 @@ func testReadResolved(t *testing.T, newStore func(t *testing.T) Store) {
 		// 2, and a read from any position yields nothing past it, also one
 		// that starts above the unresolved 3 (I5).
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Minute, "3"),
 			req(time.Minute, "4"), req(time.Minute, "5"))
 		for _, i := range []int{0, 1, 3, 4} {
@@ -209,7 +209,7 @@ func (b *bundle) watch(t *testing.T, stream string) *recordingSink {
 func testWatch(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("reports exactly the resolutions that took effect", func(t *testing.T) {
 		b := setup(t, newStore)
-		s := b.stream("")
+		s := b.name("")
 		sink := b.watch(t, s)
 
 		es := b.lease(s, 0, req(time.Minute, "1"), req(time.Minute, "2"), req(time.Second, "3"),
