@@ -7,28 +7,6 @@ import (
 	"time"
 )
 
-// Capabilities: what a backend can do beyond the storage contract. Each is
-// an optional interface that the consumer checks with a type assertion, as
-// io.Copy checks io.WriterTo; the conformance suite (store/storetest)
-// checks each capability on every backend that has it. A type that embeds
-// a backend to wrap some of its calls also gets the backend's capabilities,
-// whose methods bypass the wrapper: it must wrap them too, or embed the
-// consumer's interface (sequence.Store, say) instead of the backend, which
-// hides them.
-//
-//	capability      store/memory  store/postgres  used by
-//	InProcess       yes           -               sequence, lease: no batching, no round trip to save
-//	OneByOne        yes           -               sequence: a lease and a commit that allocate nothing for the call
-//	MultiLeaser     yes           yes             sequence: concurrent leases of many streams in one statement
-//	MultiCommitter  yes           yes             sequence: ready commits of many streams in one transaction
-//	TxCommitter[T]  -             yes (pgx.Tx)    sequence.CommitTx: the caller's writes in the committing transaction
-//	EarlyAcquirer   -             yes             lease: the next acquire batch is sent while this one's commit is flushed
-//	TxRecoverer[T]  -             yes (pgx.Tx)    cleanup's MoveTx: the application's writes in the transaction that moves expired work
-//	HookQueue       yes           yes             cleanup's DurableHook: hook records written with the resolution, delivered at least once
-//	Appender        yes           yes             sequence.Leaser.Append: entries born committed, in one statement
-//	ListenChecker   -             yes             metrics: the seqlease.listen.deaf gauge and deaf checks counter
-//	HistoryChecker  -             yes             metrics: the seqlease.history.lost counter and the HistoryLost alert
-
 // InProcess is implemented by a backend that answers in process, without a
 // round trip (store/memory), and that reports every resolution to its
 // watchers (Watch) before the call that made it returns. Its consumers

@@ -14,21 +14,24 @@
 // package that the consumer checks with a type assertion, as io.Copy checks
 // io.WriterTo (capability.go):
 //
-//	InProcess       answers in process: batching saves nothing (memory)
-//	OneByOne        a lease and a commit of one number that allocate nothing (memory)
-//	MultiLeaser     leases of many streams in one statement (memory, PostgreSQL)
-//	MultiCommitter  commits of many streams in one transaction (memory, PostgreSQL)
-//	TxCommitter[T]  the caller's function in the committing transaction (PostgreSQL, pgx.Tx)
-//	EarlyAcquirer   an acquire batch decided before it is durable (PostgreSQL)
-//	TxRecoverer[T]  the caller's function in the transaction that moves expired work (PostgreSQL, pgx.Tx)
-//	HookQueue       records of hooks to deliver, written with the resolutions (memory, PostgreSQL)
-//	Appender        entries born committed, numbers and payloads in one step (memory, PostgreSQL)
-//	ListenChecker   whether the watches hear the other processes: a self-check (PostgreSQL)
-//	HistoryChecker  whether the database went back on history it showed (PostgreSQL, after an asynchronous failover)
+//	capability      store/memory  store/postgres  used by
+//	InProcess       yes           -               sequence, lease: no batching, no round trip to save
+//	OneByOne        yes           -               sequence: a lease and a commit that allocate nothing for the call
+//	MultiLeaser     yes           yes             sequence: concurrent leases of many streams in one statement
+//	MultiCommitter  yes           yes             sequence: ready commits of many streams in one transaction
+//	TxCommitter[T]  -             yes (pgx.Tx)    sequence.CommitTx: the caller's writes in the committing transaction
+//	EarlyAcquirer   -             yes             lease: the next acquire batch is sent while this one's commit is flushed
+//	TxRecoverer[T]  -             yes (pgx.Tx)    cleanup's MoveTx: the application's writes in the transaction that moves expired work
+//	HookQueue       yes           yes             cleanup's DurableHook: hook records written with the resolution, delivered at least once
+//	Appender        yes           yes             sequence.Leaser.Append: entries born committed, in one statement
+//	ListenChecker   -             yes             metrics: the seqlease.listen.deaf gauge and deaf checks counter
+//	HistoryChecker  -             yes             metrics: the seqlease.history.lost counter and the HistoryLost alert
 //
 // The conformance suite checks each capability on every backend that has
-// it. A wrapper that embeds a backend gets its capabilities too: it must
-// wrap them as well, or embed the consumer's interface instead.
+// it. A type that embeds a backend to wrap some of its calls also gets the
+// backend's capabilities, whose methods bypass the wrapper: it must wrap
+// them too, or embed the consumer's interface (sequence.Store, say)
+// instead of the backend, which hides them.
 //
 // # Streams and entries
 //
@@ -92,13 +95,25 @@
 // # Inbox records
 //
 // An inbox consumer takes messages from a broker that redelivers
-// (at-least-once) and applies each message's effect once: MarkReceived
-// records (consumer, message id) and reports whether this is the first
-// receipt; PurgeReceived deletes the records past retention in bounded
-// batches. On PostgreSQL the record is written in the application's
-// transaction with the effect (a postgres.Store over the pgx.Tx), so both
-// commit or neither, and a concurrent receipt of the same message waits for
-// that transaction (inbox.go, docs/inbox.md).
+// (at-least-once) and applies each message's effect once. A record is the
+// pair (consumer, message id) and the time it was received, by the
+// backend's clock (inbox.go, docs/inbox.md):
+//
+//	MarkReceived (consumer, id)
+//	    |
+//	    +-- no record:  write one, first = true   -> apply the effect
+//	    +-- a record:   write nothing, first = false -> a duplicate: skip
+//	    |
+//	    v
+//	PurgeReceived (received before a cutoff, in batches): the record goes,
+//	and a later delivery of the same id would count as first again
+//
+// On PostgreSQL the record is written in the application's transaction
+// with the effect (a postgres.Store over the pgx.Tx), so both commit or
+// neither: a rollback removes both, and a concurrent MarkReceived of the
+// same pair in another transaction waits for that transaction, then
+// reports first = false if it committed, first = true if it rolled back.
+// The memory backend decides at once.
 //
 // # Fencing and retries
 //
@@ -108,4 +123,40 @@
 // again without a second write, so a caller whose first attempt had an unknown
 // outcome (a lost connection) retries with the same token and learns the truth
 // (I7).
+//
+// # Named leases
+//
+// Named leases (namedlease.go) are TTL leases on a name, for leader
+// election and mutual exclusion (package lease builds on them). Every change
+// of holder of a name gets a larger fencing token (Fence); renewals keep it.
+// At most one unexpired holding per name exists at any instant of the
+// backend's clock (I8).
+//
+//	          AcquireLease (free: never held, ended, or expired)
+//	              |
+//	              v
+//	         +---------+  RenewLease (owner, fence, now < ExpiresAt,
+//	         |  held   |  renewals < MaxRenewals): ExpiresAt = now + TTL
+//	         +---------+
+//	ReleaseLease |  |  | ForceReleaseLeases (owner)
+//	             |  |  +------------------------------+
+//	             v  | now >= ExpiresAt                 v
+//	      +----------+   |                    +----------------+
+//	      | released |   v                    | force-released |
+//	      +----------+ +---------+            +----------------+
+//	                   | expired |  (CleanupExpiredLeases marks it;
+//	                   +---------+   an acquire may take it over first)
+//
+// Every end state is free: the next AcquireLease starts a new holding with
+// Fence+1. The row of a name is kept after its holding ends, so the fence
+// counter survives release, expiry and cleanup.
+//
+// The watchers (WatchLeases) hear of every end by ForceReleaseLeases and
+// CleanupExpiredLeases, but of a ReleaseLease only while the name is wanted:
+// a waiting acquire (AcquireLeaseParams.Wait) that finds the name held marks
+// it wanted for a while, atomically with finding it held, so a release
+// either sees the mark or happened first (and the acquire takes the name).
+// A release nobody waits for sends no notice. AcquireLeases and
+// ReleaseLeases run several acquires or releases at once, each with the
+// outcome the single call would have.
 package store

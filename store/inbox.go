@@ -5,26 +5,6 @@ import (
 	"time"
 )
 
-// Inbox records: which messages a consumer has received, so that a message
-// a broker delivers again (at-least-once delivery) has its effect once. A
-// record is the pair (consumer, message id) and the time it was received,
-// by the backend's clock:
-//
-//	MarkReceived (consumer, id)
-//	    |
-//	    +-- no record:  write one, first = true   -> apply the effect
-//	    +-- a record:   write nothing, first = false -> a duplicate: skip
-//	    |
-//	    v
-//	PurgeReceived (received before a cutoff, in batches): the record goes,
-//	and a later delivery of the same id would count as first again
-//
-// On PostgreSQL the record is meant to be written in the application's
-// transaction, together with the message's effect: a rollback removes both,
-// and a concurrent MarkReceived of the same pair in another transaction
-// waits for that transaction, then reports first = false if it committed,
-// first = true if it rolled back. The memory backend decides at once.
-
 // Limits of inbox records.
 const (
 	// MaxConsumerLen is the longest consumer name, in bytes.

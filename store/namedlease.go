@@ -7,39 +7,6 @@ import (
 	"time"
 )
 
-// Named leases: TTL leases on a name, for leader election and mutual
-// exclusion (package lease builds on them). Every change of holder of a name
-// gets a larger fencing token (Fence); renewals keep it. At most one unexpired
-// holding per name exists at any instant of the backend's clock (I8).
-//
-//	             AcquireLease (free: never held, ended, or expired)
-//	                 |
-//	                 v
-//	            +---------+  RenewLease (owner, fence, now < ExpiresAt,
-//	            |  held   |  renewals < MaxRenewals): ExpiresAt = now + TTL
-//	            +---------+
-//	   ReleaseLease |  |  | ForceReleaseLeases (owner)
-//	                |  |  +------------------------------+
-//	                v  | now >= ExpiresAt                 v
-//	         +----------+   |                    +----------------+
-//	         | released |   v                    | force-released |
-//	         +----------+ +---------+            +----------------+
-//	                      | expired |  (CleanupExpiredLeases marks it;
-//	                      +---------+   an acquire may take it over first)
-//
-// Every end state is free: the next AcquireLease starts a new holding with
-// Fence+1. The row of a name is kept after its holding ends, so the fence
-// counter survives release, expiry and cleanup.
-//
-// The watchers (WatchLeases) hear of every end by ForceReleaseLeases and
-// CleanupExpiredLeases, but of a ReleaseLease only while the name is wanted:
-// a waiting acquire (AcquireLeaseParams.Wait) that finds the name held marks
-// it wanted for a while, atomically with finding it held, so a release
-// either sees the mark or happened first (and the acquire takes the name).
-// A release nobody waits for sends no notice. AcquireLeases and
-// ReleaseLeases run several acquires or releases at once, each with the
-// outcome the single call would have.
-
 // LeaseEventKind names an event in the life of a holding; the end reasons of
 // a holding are a subset (LeaseReleased, LeaseExpired, LeaseForceReleased).
 type LeaseEventKind string
