@@ -12,18 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Bounded acquisition. pgxpool waits for a free connection as long as the
-// statement's context allows: with every connection held elsewhere (the
-// application's own transactions, say) and no deadline, a call waits
-// forever, saying nothing. A Store on a pool therefore takes its
-// connections through boundedPool, which gives each wait for a connection
-// a bound of its own (Config.AcquireTimeout) and then runs the statement on
-// the connection with the caller's context, unbounded by that wait. A wait
-// that ends unserved fails the call with a *PoolExhaustedError before any
-// statement of that step was sent: whatever the step would have written,
-// it did not. Statements on a caller's transaction (InTx, New on a pgx.Tx)
-// take no connection and are not affected.
-
 // DefaultAcquireTimeout is the default of Config.AcquireTimeout: 5 s. A
 // statement of the Store takes milliseconds, so a wait that long means the
 // pool is held by something that does not give connections back (long

@@ -11,18 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// A statement of the extended protocol runs in an implicit transaction
-// that commits at the Sync that follows it; PostgreSQL sends nothing before
-// it flushes its output, at that Sync, after the commit (and a durable
-// commit waits for its WAL flush). queryDecided sends a Flush request
-// between the statement and the Sync: the server then sends the rows as
-// soon as the statement has run, and commits after. The caller learns what
-// the statement decided a WAL flush earlier, and may send its next
-// statement (on another connection) while this one commits; nothing it
-// read is final until commit returns nil. The statement holds its row
-// locks until it commits, so a statement that follows and touches the same
-// rows waits for it, as it would for any other.
-
 // poolConns is a DB that hands out connections (*pgxpool.Pool).
 type poolConns interface {
 	Acquire(ctx context.Context) (*pgxpool.Conn, error)
@@ -55,11 +43,12 @@ func (d *decidedSetup) setup(db DB) *decidedSetup {
 
 // queryDecided runs sql like Query. When it can (the DB is a pool whose
 // connections cache prepared statements, pgx's default mode), it asks for
-// the rows before the commit (see above) and returns commit, which waits
-// for the commit, reports its error, and gives the connection back; the
-// caller must call it once, after it closed the rows. Otherwise commit is
-// nil, and the rows come after the commit, as from Query. It prepares sql
-// on each connection once, as pgx's Query would, and calls the pool's
+// the rows before the commit (the package doc, Rows before the commit,
+// tells how) and returns commit, which waits for the commit, reports its
+// error, and gives the connection back; the caller must call it once,
+// after it closed the rows. Otherwise commit is nil, and the rows come
+// after the commit, as from Query. It prepares sql on each connection
+// once, as pgx's Query would, and calls the pool's
 // QueryTracer, if any, around the statement and its commit.
 func (s *Store) queryDecided(ctx context.Context, sql string, args ...any) (pgx.Rows, func() error, error) {
 	d := s.decided.setup(s.db)

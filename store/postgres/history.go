@@ -13,57 +13,6 @@ import (
 
 var _ store.HistoryChecker = (*Store)(nil)
 
-// # Lost history
-//
-// A server that lost committed transactions (an asynchronous standby
-// promoted before it received them) answers as if they never happened: a
-// stream's counter is back where it was, and the next lease hands out
-// numbers that were already handed out and perhaps committed; a named
-// lease's fence is back, and the next acquire issues a fence that was
-// already issued. Nothing in PostgreSQL tells: the promoted standby has
-// the same system identifier as the old primary, and its timeline moved
-// on just as it does after a failover that lost nothing.
-//
-// So the Store remembers, per stream, the highest number it saw exist
-// (handed out by a lease, an append or a recovery, read as resolved, or a
-// stream's counter) and the highest watermark it read, and per named
-// lease the highest fence it saw (granted, or a holder's). It notes the
-// marks before it sends a statement and checks the answer against them:
-// a statement that starts after a number was answered must answer above
-// it, whatever ran concurrently, unless the server lost it. Comparing
-// with the marks at the start, not at the answer, keeps concurrent
-// statements of this process, whose answers may come back in any order,
-// from looking like a loss.
-//
-// An answer of a write (a lease, an append, a recovery, an acquire: they
-// reach the primary) that goes back is refused (the numbers or the fence
-// are not handed out; the entries the statement made on the new server
-// stay leased by nobody and expire like an abandoned lease), the finding
-// is logged at ERROR level and counted (HistoryHealth: once per refusal),
-// and every later lease of the stream, or acquire of the name, fails with
-// the same *store.HistoryLostError until AcceptHistory or
-// AcceptLeaseHistory. A read (Snapshot) that goes back refuses nothing:
-// reads may be sent to a replica that is behind (a pooler that balances
-// reads, a wrapper of the application's), which is no loss; it is logged
-// at WARN and counted once until a read comes back level. A Store in a
-// caller's transaction refuses what its root refuses but records and
-// checks nothing: its statements may roll back, and a rolled-back number
-// is rightly handed out again. A Standby's Store checks nothing either.
-//
-// Accepting a stream or name bumps the history's epoch and starts its
-// mark afresh at that epoch; an answer to a statement sent with an older
-// mark is not checked, for it may belong to the history just accepted.
-// AcceptHistory also tells the Store's running watches (store.Forgetter:
-// the barrier) to drop what they know of the stream, whose watermark may
-// now be lower.
-//
-// The marks live in the process, about 100 bytes per stream and name, at
-// most Config.HistoryLimit of each (two generations: see marks); a stream
-// or name unused for long is forgotten, and its next answer starts a new
-// mark. A process started after the loss has no marks and cannot tell; a
-// process that saw only some of the lost numbers tells only when the
-// server answers at or below those.
-
 // history holds the marks and findings of one Store (and of the Stores in
 // its callers' transactions).
 type history struct {

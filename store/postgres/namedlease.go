@@ -16,33 +16,8 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// Named leases live in two tables of the schema: leases (one row per name,
-// its current or last holding) and lease_history (the audit trail). Every
-// decision is one conditional write whose WHERE clause reads the clock.
-// An acquire is one statement that reads before it writes: it inserts (or
-// replaces) a holding only for names its snapshot shows free, so a held name
-// costs no write, no transaction id and no WAL flush (a refused INSERT ...
-// ON CONFLICT DO UPDATE would still lock the row, take a transaction id and
-// flush a commit record). Concurrent acquires (and releases) of several
-// names share one statement (AcquireLeases, ReleaseLeases); a release
-// commits without waiting for its WAL flush (see ReleaseLeases).
-//
-// Ends of holdings are announced on the schema's NOTIFY channel, the one the
-// barrier listens to, with the payload "l<TAB>name": always by
-// force-releases and the expiry cleanup, and by a release only when a
-// blocked acquire marked the name wanted (wanted_until, see
-// store.AcquireLeaseParams.Wait). A NOTIFY serializes the commits of every
-// notifying transaction in the cluster (PostgreSQL holds a global lock on
-// the notification queue from before the commit record is written until
-// after it is flushed), so a release nobody waits for sends none. Blocked
-// acquires announce themselves with "w<TAB>name<TAB>waiter<TAB>since<TAB>fence"
-// (since in Unix microseconds by the database's clock, 0 to withdraw).
-// Names and owners hold no control characters, so the tabs are unambiguous.
-// Both are ignored by listeners of resolutions, whose payloads start with
-// "r". A NOTIFY takes a transaction id, but a transaction that wrote nothing
-// else commits without waiting for a WAL flush.
-
-// leaseQueries are the named-lease statements of one schema.
+// leaseQueries are the named-lease statements of one schema (the package
+// doc, Named leases, tells the tables and the notices they send).
 type leaseQueries struct {
 	get, acquireOne, acquire, acquireWait, renew, releaseOne, release string
 	forceRelease, cleanup, checkFence, checkFenceTx, listAll          string
@@ -70,17 +45,10 @@ SELECT x.t, ` + leaseColumns + `
 FROM (SELECT ` + nowf(2) + ` AS t) x LEFT JOIN {s}.leases l ON l.name = $1`,
 
 		// The statements that take arrays read them through a subquery
-		// PostgreSQL does not flatten (OFFSET 0), so that it estimates the
-		// arrays' length alike in custom and generic plans: it then keeps
-		// the generic plan of the prepared statement after five runs,
-		// rather than plan it anew each time (planning costs more than
-		// running it, 0.25 ms against 0.1 ms). Their filter on the
-		// ordinality (always true) makes it expect one item, so that the
-		// plan probes leases by primary key for each name, whatever the
-		// table's size when it was planned. (Expecting ten, it would hash
-		// a sequential scan of a small table, and keep that plan while the
-		// table fills with the dead row versions of churning names; index
-		// probes skip those, and mark them dead for everyone.)
+		// PostgreSQL does not flatten (OFFSET 0), and filter on the
+		// ordinality (always true), so that the planner keeps one generic
+		// plan that probes leases by primary key for each name
+		// (docs/internals/leases.md, Coalescing, says why).
 		acquire:     acquireSQL(false),
 		acquireWait: acquireSQL(true),
 
@@ -278,15 +246,11 @@ DELETE FROM {s}.lease_history h USING d WHERE h.id = d.id`,
 // no UPDATE to set up: a try-acquire costs a little less. $7 turns the
 // history on.
 //
-// Every part of the statement is linear in the number of names: the
-// updates return the ordinal (i) of their item, and the result is a union
-// of the outcomes (granted by u, by n, held, marked), one row each, which
-// the caller sorts by item (by name for n, which cannot return i); no part
-// joins the items against the items. The caller sends the names in sorted
-// order, so that u (which walks the items in order, probing leases by key)
-// locks rows in name order, as every batch does, and two batches that
-// share names do not lock them in opposite orders; a deadlock that happens
-// anyway is retried one name per statement (rounds).
+// The updates return the ordinal (i) of their item, and the result is a
+// union of the outcomes (granted by u, by n, held, marked), one row each,
+// which the caller sorts by item (by name for n, which cannot return i).
+// The caller sends the names sorted, so that u locks rows in name order; a
+// deadlock that happens anyway is retried one name per statement (rounds).
 func acquireSQL(mark bool) string {
 	m := `SELECT NULL::bigint AS i, NULL::text AS owner, NULL::bigint AS fence, NULL::timestamptz AS expires_at WHERE false`
 	if mark {

@@ -14,45 +14,6 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// Notices. The barriers of other processes learn of a resolution from a
-// NOTIFY on the schema's channel. The resolving transaction does not send
-// it: PostgreSQL serializes the commits of every transaction that issued
-// NOTIFY, across the cluster, holding a lock through each commit's WAL
-// flush, so resolving transactions that notified all waited for each
-// other. Instead the Store collects the resolutions that committed and
-// notices them in a transaction of its own, after the commit, with
-// synchronous_commit off (a notice is worth nothing after a crash, so its
-// commit need not wait for a flush, and holds that lock for microseconds):
-// one statement for everything collected since the last one, each notice
-// packing the records of as many streams as fit in a payload.
-//
-// A payload is lines separated by newlines (stream names hold no control
-// characters): the sending Store's id (16 hex digits), then records of
-// fields separated by tabs:
-//
-//	t <stream> <n>        every number of the stream up to n is resolved: an
-//	                      ordered commit of n succeeded
-//	r <stream> <numbers>  these numbers are resolved: a comma-separated
-//	                      list of numbers n and ranges a-b (a < b)
-//	s <stream>            something was resolved that the Store could no
-//	                      longer list: re-read
-//
-// The Store's own Watch hears of its resolutions at once, in process, as
-// they commit, and skips the notices that carry its own id. Who sends: while
-// a Watch of the Store runs, a goroutine of the Watch sends what was
-// collected as soon as the previous statement returned, so that resolving
-// calls do not wait for it. Without a Watch, the resolving call sends before
-// it returns. A Store in a caller's transaction (InTx, or New
-// on a pgx.Tx) hears nothing in process (the transaction may yet roll
-// back); what it resolved is noticed once the transaction commits: by
-// the root Store's running Watch, to which it hands its resolutions
-// (tx.go), or, without one, by notices sent in that transaction, which
-// PostgreSQL delivers if and when it commits. A statement that fails puts its notices back, to go with the next
-// one. A notice lost for good (the process crashed between the commit and
-// the notice) only delays the other processes' wake-ups until their safety
-// poll re-reads the stream; a listener that reconnects re-reads everything
-// it may have missed.
-
 const (
 	// maxPayload bounds a notice's payload: PostgreSQL refuses more than
 	// 8,000 bytes.
@@ -150,7 +111,7 @@ func (n *notices) add(rs ...resolution) {
 	// The sender is woken before the watchers: of two goroutines readied
 	// in a row, Go runs the later first, and a commit parked behind this
 	// resolution should not wait for the notices statement to be written
-	// (it waited 50 µs at the median, where it waits 5 without).
+	// (docs/internals/architecture.md has the measurement).
 	if n.serving > 0 {
 		select {
 		case n.wake <- struct{}{}:

@@ -13,34 +13,6 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// Reading from a hot standby. A resolved entry never changes (I2), and a
-// standby replays the primary's write-ahead log in order, so a reader that
-// reads a standby, bounded by the watermark as replayed there, yields the
-// primary's resolved sequence exactly, only later: ReadResolved stops, in
-// one snapshot of the standby, below the first number that is leased (or
-// not yet there) as replayed, whatever the barrier believes.
-//
-// A standby refuses what a Store does besides reading: LISTEN ("cannot
-// execute LISTEN during recovery"), NOTIFY (which is not replicated
-// anyway), and every write. A Standby therefore sends nothing but reads to
-// its DB, and hears of resolutions in two ways:
-//
-//	poll:   every PollInterval  ───────────────────────────> sink.Reset (re-read the standby)
-//	notice: LISTEN on the primary ─> pg_current_wal_lsn() on the primary = target
-//	        ─> every ReplayPollInterval, on the standby:
-//	           pg_last_wal_replay_lsn() >= target? ─(yes)─> deliver the notice's records
-//	                                               ─(not within replayWaitMax)─> drop them
-//
-// A notice is delivered only once the standby has replayed the WAL up to
-// where the primary was when the notice arrived, which is past the commit
-// of everything the notice reports: the barrier over a Standby never
-// believes a number resolved before the standby shows it (and if it did,
-// ReadResolved would still stop at what the standby shows).
-//
-// Writes go to Config.Primary, when given: SaveCheckpoint and
-// DeleteCheckpoint, which a reader with ReadOpts.SaveEvery makes. Without
-// it they fail with store.ErrReadOnly, having sent nothing.
-
 // Defaults of StandbyConfig.
 const (
 	DefaultStandbyPollInterval = time.Second

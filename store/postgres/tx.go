@@ -14,51 +14,6 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// The Store in the application's transaction. InTx returns a Store whose
-// every call runs in the caller's pgx.Tx, so the application's rows and
-// the stream's entries commit or roll back together; a rollback takes the
-// counter's increment back with the entries, so no number is lost.
-//
-// Notices of what such a Store resolved (see Notices in notice.go) cannot
-// be sent after the commit by the Store, which does not see the commit;
-// notifying inside the transaction would serialize the commits of every
-// notifying transaction in the cluster (measured: 16 clients inserting a
-// business row and appending an entry ran about 6,200 transactions a
-// second without NOTIFY and 3,000 with it). So, while a Watch of the root
-// Store runs, the Store in the transaction hands what it resolved to the
-// root, with the transaction's id (pg_current_xact_id(), returned by the
-// resolving statement itself where it can). The root keeps one claim per
-// transaction and stream, however many calls handed over: the highest
-// "every number up to n" and the numbers as merged ranges, beyond
-// maxClaimRanges a re-read of the stream (notice "s", always correct).
-// The root's Watch then asks, in one read-only statement for every
-// transaction awaited (confirm), each one's fate: for a transaction that
-// committed (and whose commit its snapshot sees), whether what was
-// handed over holds now (a savepoint rolled back inside a committed
-// transaction undid its part, and that part is not noticed: of a range,
-// the statement lists the numbers that are resolved); those resolutions
-// are noticed as the root's own, in process and to the other processes.
-// An aborted transaction's are dropped. A transaction still running is
-// asked about again later, backing off from confirmFirst to confirmMax,
-// and the statements are at least confirmGap apart; an id the server
-// cannot judge yet (at or above its snapshot's xmax, as after a failover
-// to a replica that lagged) counts as still running, so that it never
-// fails the statement for the others. A transaction awaited longer than
-// maxAwaitAge is dropped with a warning, and beyond maxAwaited
-// transactions a hand-over is refused, counted and warned about.
-//
-// When the Watch stops, what is awaited stays for the next Watch. Without
-// a running Watch (or beyond maxAwaited) the Store notifies in the
-// transaction, and includes what it handed over before, so that a Watch
-// stopping mid-transaction loses nothing of a transaction that resolves
-// more afterwards. A statement the Store runs in the caller's transaction
-// for its notices (that NOTIFY, or the query of the transaction's id)
-// that fails aborts the transaction: the call returns the error (see
-// noticeFailed). A notice missed anyway (the Watch stopped for good
-// before the transaction ended; the transaction was awaited too long)
-// only delays the other processes' wake-ups until their barrier's safety
-// poll re-reads the stream.
-
 const (
 	// confirmFirst is how long after a hand-over the root first asks: an
 	// application's transaction usually commits within a few
@@ -69,9 +24,8 @@ const (
 	confirmMax = time.Second
 	// confirmGap is the least time between two confirm statements of a
 	// Watch: at most 100 a second, however many transactions hand over,
-	// each followed by at most one notices statement. Measured with 16
-	// workers appending in their transactions, 2 ms (up to 500 of each a
-	// second) cost about 20% of the throughput, 10 ms nothing measurable.
+	// each followed by at most one notices statement (a shorter gap costs
+	// throughput: docs/internals/architecture.md).
 	confirmGap = 10 * time.Millisecond
 	// maxAwaited bounds the transactions awaited; beyond it, a Store in a
 	// transaction notifies in it, and the root counts it and warns (at
