@@ -121,17 +121,42 @@
 //
 // # Listening
 //
-// Watch and WatchLeases LISTEN on the schema's channel, each on a
-// connection of its own (out of the pool, or dialled with
-// Config.ListenDSN), and prove that it hears: a self-check notice sent
-// through the DB, which they must hear within Config.ListenCheckTimeout.
-// A listener that does not (a LISTEN through a transaction-mode pooler
-// hears nothing, without an error) logs ListenDeafMessage at ERROR level,
-// counts in ListenHealth, and polls its sink (store.Poller, else Reset)
-// every Config.DeafPollInterval until a later check hears (listen.go).
-// Behind such a pooler, pgx's cached prepared statements fail too:
-// interpretError turns those errors into a *PoolerError (ErrPooler) that
-// names the setting, default_query_exec_mode=simple_protocol.
+// Watch and WatchLeases (and a Standby's Watch, on the primary) hear the
+// other processes through LISTEN on the schema's channel, each on a
+// connection of its own: one taken out of the DB (a pool), or dialled with
+// Config.ListenDSN. One loop runs them all (listener.go); each watch only
+// says how to read a payload and what its sink re-reads on a reset.
+//
+// A LISTEN through a transaction-mode pooler (PgBouncer's pool_mode =
+// transaction) succeeds and then hears nothing, without an error: the
+// pooler lends the server session that ran it to other clients between
+// transactions. So each listening connection proves that it hears. Once
+// it listens (at the start and after every reconnect) it resets its sink,
+// which re-reads what notices it may have missed, and sends a self-check
+// notice, "c<TAB><32 hex digits>" with a token of its own, on the channel
+// through the DB like any notice, and waits up to Config.ListenCheckTimeout
+// to hear it. The other listeners ignore it (no Store id, no lease record).
+//
+//	          LISTEN, send the self-check
+//	connect ──────────────────────────────> checking ──(heard)──> hearing
+//	   ^                                       │                   │
+//	   │                                       (not heard in time) │
+//	   │ after Config.DeafRecheckInterval      v                   │
+//	   └─────────────────────────────────── deaf                   │
+//	   └───────────────── (connection lost: backoff) ──────────────┘
+//
+// A deaf listener logs ListenDeafMessage at ERROR level (what to do:
+// ListenDSN), counts in ListenHealth (metrics exports it), and has its sink
+// polled every Config.DeafPollInterval until a later check hears:
+// store.Poller's Poll if the sink has it, else Reset, which make the
+// barrier re-read the watermarks of the streams with waiters and the lease
+// Manager retry its blocked acquires, as notices would have had them do.
+// After Config.DeafRecheckInterval it reconnects and checks again; it
+// polls through the reconnect. Notices that do arrive are delivered as
+// ever. A lost connection is dialled again with exponential backoff (up
+// to a 30 s pause). Behind such a pooler, pgx's cached prepared statements
+// fail too: interpretError turns those errors into a *PoolerError
+// (ErrPooler) that names the setting, default_query_exec_mode=simple_protocol.
 //
 // # In the application's transaction
 //

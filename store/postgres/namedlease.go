@@ -22,7 +22,6 @@ type leaseQueries struct {
 	get, acquireOne, acquire, acquireWait, renew, releaseOne, release string
 	forceRelease, cleanup, checkFence, checkFenceTx, listAll          string
 	listByOwner, historyAll, historyByName, trimHistory, announce     string
-	listenTo                                                          string
 }
 
 // leaseSQL caches the statements per schema name.
@@ -212,8 +211,6 @@ WITH d AS (SELECT id FROM {s}.lease_history WHERE at < $1 ORDER BY at LIMIT $2)
 DELETE FROM {s}.lease_history h USING d WHERE h.id = d.id`,
 
 		announce: `SELECT pg_notify($1, 'w' || chr(9) || $2 || chr(9) || $3 || chr(9) || $4::bigint || chr(9) || $5::bigint)`,
-
-		listenTo: `LISTEN ` + s,
 	}
 	for _, p := range []*string{&q.get, &q.acquireOne, &q.acquire, &q.acquireWait, &q.renew, &q.releaseOne, &q.release, &q.forceRelease, &q.cleanup,
 		&q.checkFence, &q.checkFenceTx, &q.listAll, &q.listByOwner, &q.historyAll, &q.historyByName,
@@ -1044,20 +1041,16 @@ func parseWaiter(rest string) (store.LeaseWaiter, bool) {
 // barrier's): taken out of the pool, or dialled with Config.ListenDSN. It
 // calls sink.Reset each time it starts listening, so the receiver re-checks
 // what it may have missed. Each time, it proves that the LISTEN hears (see
-// Listening in listen.go): when it does not, it logs an ERROR and polls
-// sink (store.Poller, else Reset) every Config.DeafPollInterval until a
-// later check hears. Connection errors are retried with exponential backoff
-// (up to a 30 s pause). It needs a DB that can hand out a connection
-// (*pgxpool.Pool) or Config.ListenDSN.
+// Listening in the package doc): when it does not, it logs an ERROR and
+// polls sink (store.Poller, else Reset) every Config.DeafPollInterval until
+// a later check hears. Connection errors are retried with exponential
+// backoff (up to a 30 s pause). It needs a DB that can hand out a
+// connection (*pgxpool.Pool) or Config.ListenDSN.
 func (s *Store) WatchLeases(ctx context.Context, sink store.LeaseSink) error {
 	if s.notes.inTx() {
 		return s.errInTx("watch leases")
 	}
-	connect, err := s.connector("watch leases")
-	if err != nil {
-		return err
-	}
-	return s.watchLoop(ctx, connect, newListener(listenerLeases, s.lq().listenTo, sink, sink.Reset, func(payload string) {
+	l, err := s.listener("watch leases", listenerLeases, sink, func(payload string) {
 		kind, rest, _ := strings.Cut(payload, "\t")
 		switch kind {
 		case "l":
@@ -1067,5 +1060,9 @@ func (s *Store) WatchLeases(ctx context.Context, sink store.LeaseSink) error {
 				sink.Wanted(w)
 			}
 		}
-	}))
+	})
+	if err != nil {
+		return err
+	}
+	return l.run(ctx)
 }

@@ -65,7 +65,7 @@ type Config struct {
 	ListenDSN string
 	// ListenCheckTimeout is how long a listener waits to hear its own
 	// self-check notice before it is deemed deaf (see Listening in
-	// listen.go). Default: DefaultListenCheckTimeout (5 s).
+	// the package doc). Default: DefaultListenCheckTimeout (5 s).
 	ListenCheckTimeout time.Duration
 	// DeafPollInterval is how often the sink of a deaf listener is polled
 	// (store.Poller's Poll, else Reset). Default: DefaultDeafPollInterval

@@ -13,8 +13,7 @@ type queries struct {
 	resolveExpired, notices                      string
 	probe, listExpired, listExpiredStream        string
 	read, streamExists, stats, now               string
-	snapshot, readResolved, lowPoint, listen     string
-	selfCheck                                    string
+	snapshot, readResolved, lowPoint             string
 	listGaps, listGapHistory, countGaps, fillGap string
 	fillProbe, trim, recoverExpired              string
 	resolveExpiredBatch, streams                 string
@@ -369,11 +368,6 @@ ORDER BY number LIMIT $3`,
 		lowPoint: `SELECT low_point FROM {s}.streams WHERE name = $1`,
 
 		streams: `SELECT name FROM {s}.streams WHERE name > $1 ORDER BY name LIMIT $2`,
-
-		listen: `LISTEN ` + s,
-		// A listener's self-check notice (listen.go), on the schema's
-		// channel ($1).
-		selfCheck: `SELECT pg_notify($1, $2)`,
 
 		// The notices of resolutions that committed (notice.go), on the
 		// schema's channel ($1), in a transaction that does not wait for

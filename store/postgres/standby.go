@@ -209,15 +209,13 @@ func (sb *Standby) Watch(ctx context.Context, sink store.Sink) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if sb.primary != nil {
-		connect, err := sb.primary.connector("standby watch")
+		c := &catchUp{sb: sb, sink: sink, wake: make(chan struct{}, 1)}
+		l, err := sb.primary.listener("standby watch", listenerStandby, sink, c.heard)
 		if err != nil {
 			return err
 		}
-		c := &catchUp{sb: sb, sink: sink, wake: make(chan struct{}, 1)}
 		wg.Go(func() { c.run(ctx) })
-		wg.Go(func() {
-			_ = sb.primary.watchLoop(ctx, connect, newListener(listenerStandby, sb.primary.q.listen, sink, sink.Reset, c.heard))
-		})
+		wg.Go(func() { _ = l.run(ctx) })
 	}
 	sink.Reset()
 	t := time.NewTicker(sb.poll)

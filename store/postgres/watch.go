@@ -92,12 +92,12 @@ func (s *Store) ReadResolved(ctx context.Context, stream string, after int64, li
 // taken out of the pool, or dialled with Config.ListenDSN. It calls
 // sink.Reset each time it starts listening (first and after a reconnect), so
 // the receiver re-reads the truth for what it may have missed. Each time,
-// it proves that the LISTEN hears (a self-check notice; see Listening in
-// listen.go): when it does not, as through a transaction-mode pooler, it
-// logs an ERROR and polls sink (store.Poller, else Reset) every
-// Config.DeafPollInterval until a later check hears. Connection errors are
-// retried with exponential backoff (up to a 30 s pause). It needs a DB that
-// can hand out a connection (*pgxpool.Pool) or Config.ListenDSN.
+// it proves that the LISTEN hears (see Listening in the package doc): when
+// it does not, as through a transaction-mode pooler, it logs an ERROR and
+// polls sink (store.Poller, else Reset) every Config.DeafPollInterval until
+// a later check hears. Connection errors are retried with exponential
+// backoff (up to a 30 s pause). It needs a DB that can hand out a
+// connection (*pgxpool.Pool) or Config.ListenDSN.
 //
 // While it runs, it also sends this Store's notices to the other processes
 // in the background (see Notices in notice.go), and waits for that before
@@ -106,7 +106,15 @@ func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
 	if s.notes.inTx() {
 		return s.errInTx("watch")
 	}
-	connect, err := s.connector("watch")
+	l, err := s.listener("watch", listenerResolutions, sink, func(payload string) {
+		sender, records, ok := parsePayload(payload)
+		if !ok || sender == s.notes.id { // this Store's own: heard in process already
+			return
+		}
+		for _, nt := range records {
+			nt.deliver(sink)
+		}
+	})
 	if err != nil {
 		return err
 	}
@@ -115,15 +123,7 @@ func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
 	wg.Go(func() { s.notes.serve(ctx) })
 	wg.Go(func() { s.notes.confirm(ctx) }) // what Stores in callers' transactions hand over (tx.go)
 	defer s.notes.watch(sink)()            // this Store's own resolutions, in process
-	return s.watchLoop(ctx, connect, newListener(listenerResolutions, s.q.listen, sink, sink.Reset, func(payload string) {
-		sender, records, ok := parsePayload(payload)
-		if !ok || sender == s.notes.id { // this Store's own: heard in process already
-			return
-		}
-		for _, nt := range records {
-			nt.deliver(sink)
-		}
-	}))
+	return l.run(ctx)
 }
 
 // parseBigint parses a bigint >= 0 as PostgreSQL prints it: decimal digits,
