@@ -100,7 +100,7 @@ func (s *Store) ReadResolved(ctx context.Context, stream string, after int64, li
 // connection (*pgxpool.Pool) or Config.ListenDSN.
 //
 // While it runs, it also sends this Store's notices to the other processes
-// in the background (see Notices in notice.go), and waits for that before
+// in the background (see Notices in the package doc), and waits for that before
 // it returns.
 func (s *Store) Watch(ctx context.Context, sink store.Sink) error {
 	if s.notes.inTx() {
