@@ -90,14 +90,14 @@ func TestCustomSelector(t *testing.T) {
 		n, err := s.RecoverExpired(ctx, e.Stream, e.Number, &store.RecoverParams{Payload: []byte("mine"), RecoveryType: "mine"})
 		return recovery.Result{Recovered: err == nil, NewNumber: n}, err
 	})
-	sel := recovery.SelectorFunc(func(level recovery.Level, kind string) recovery.Pipeline {
+	sel := recovery.SelectorFunc(func(level recovery.Level, kind string) recovery.Steps {
 		mu.Lock()
 		asked = append(asked, fmt.Sprint(level, "/", kind))
 		mu.Unlock()
 		if kind == "special" {
-			return recovery.Pipeline{mine}
+			return recovery.Steps{mine}
 		}
-		return recovery.Pipeline{recovery.Gap(s)}
+		return recovery.Steps{recovery.Gap(s)}
 	})
 	sv, err := cleanup.New(s, &cleanup.Config{Probe: probe, Selector: sel})
 	require.NoError(t, err)

@@ -46,8 +46,8 @@ func BenchmarkRecoverExpired(b *testing.B) {
 				n, err := s.RecoverExpired(ctx, e.Stream, e.Number, &store.RecoverParams{Payload: []byte("partial"), RecoveryType: recovery.MethodPartialWork})
 				return recovery.Result{Recovered: err == nil, NewNumber: n}, err
 			})
-			return &cleanup.Config{Probe: low, Selector: recovery.SelectorFunc(func(recovery.Level, string) recovery.Pipeline {
-				return recovery.Pipeline{step}
+			return &cleanup.Config{Probe: low, Selector: recovery.SelectorFunc(func(recovery.Level, string) recovery.Steps {
+				return recovery.Steps{step}
 			})}
 		},
 		"default":          func(backend) *cleanup.Config { return &cleanup.Config{WorkTracker: work} },

@@ -128,7 +128,7 @@ func TestDurableHooksOfCustomSteps(t *testing.T) {
 				}
 				return recovery.Result{Recovered: true}, nil
 			})
-			sel := recovery.SelectorFunc(func(recovery.Level, string) recovery.Pipeline { return recovery.Pipeline{custom} })
+			sel := recovery.SelectorFunc(func(recovery.Level, string) recovery.Steps { return recovery.Steps{custom} })
 			d := newDeliveries(nil)
 			sv, err := cleanup.New(s, &cleanup.Config{Selector: sel, DurableHook: d.hook})
 			require.NoError(t, err)

@@ -55,8 +55,8 @@ func TestHooksOncePerResolvedEntry(t *testing.T) {
 		ran = append(ran, e.Number)
 		return nil
 	}
-	sel := recovery.SelectorFunc(func(recovery.Level, string) recovery.Pipeline {
-		return recovery.Pipeline{recovery.PartialWork(mem, recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
+	sel := recovery.SelectorFunc(func(recovery.Level, string) recovery.Steps {
+		return recovery.Steps{recovery.PartialWork(mem, recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 			if e.Number == 5 {
 				return nil, false, errors.New("tracker down")
 			}

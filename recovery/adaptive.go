@@ -100,14 +100,14 @@ func (p ThresholdProbe) Level(_ context.Context, s Signals) Level {
 
 // Selector picks the steps to run for a load level and a kind of work.
 type Selector interface {
-	Select(level Level, kind string) Pipeline
+	Select(level Level, kind string) Steps
 }
 
 // SelectorFunc adapts a function to a Selector.
-type SelectorFunc func(level Level, kind string) Pipeline
+type SelectorFunc func(level Level, kind string) Steps
 
 // Select calls f.
-func (f SelectorFunc) Select(level Level, kind string) Pipeline { return f(level, kind) }
+func (f SelectorFunc) Select(level Level, kind string) Steps { return f(level, kind) }
 
 // StepSelector is the default Selector: Low runs PartialWork, Retry and Gap;
 // Medium skips Retry; High runs Gap only. Nil steps are left out (a caller
@@ -117,7 +117,7 @@ type StepSelector struct {
 }
 
 // Select implements Selector.
-func (s StepSelector) Select(level Level, _ string) Pipeline {
+func (s StepSelector) Select(level Level, _ string) Steps {
 	var steps []Step
 	switch level {
 	case Low:
@@ -171,14 +171,14 @@ type outcomes struct {
 func (f *RateFilter) window() int { return min(f.Window, MaxRateWindow) }
 
 // Select implements Selector.
-func (f *RateFilter) Select(level Level, kind string) Pipeline {
+func (f *RateFilter) Select(level Level, kind string) Steps {
 	steps := f.Selector.Select(level, kind)
 	if len(steps) < 2 || f.window() <= 0 {
 		return steps
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(Pipeline, 0, len(steps))
+	out := make(Steps, 0, len(steps))
 	for i, s := range steps {
 		if i < len(steps)-1 && f.skipLocked(s.Name(), kind) {
 			continue

@@ -1,12 +1,12 @@
 // Package recovery decides what becomes of an expired lease: its work is
 // recovered under a new number, or the number becomes a gap.
 //
-// # Steps and the pipeline
+// # Steps
 //
 // A Step looks at one expired entry and recovers it, declines (it has
-// nothing to recover), or fails (it could not decide). A Pipeline runs steps
-// in order: a decline passes the entry to the next step, a success ends the
-// pipeline, and a failure ends it too, leaving the entry expired:
+// nothing to recover), or fails (it could not decide). Steps run in order
+// (Steps.Run): a decline passes the entry to the next step, a success ends
+// the run, and a failure ends it too, leaving the entry expired:
 //
 //	expired entry ──> PartialWork ──declined──> Retry ──declined──> Gap
 //	                      │    │                  │    │              │
@@ -44,8 +44,8 @@
 //
 // PartialWork and Retry are WorkFinders: their decision (the tracker call)
 // can be taken apart from their write, so the cleanup loop plans a run of
-// entries (Pipeline.Plan) and writes their moves in one transaction. Custom
-// steps (NewStep) run whole (Pipeline.Run).
+// entries (Steps.Plan) and writes their moves in one transaction. Custom
+// steps (NewStep) run whole (Steps.Run).
 //
 // # Choosing steps by load
 //
@@ -62,6 +62,19 @@
 //
 // Both are interfaces; the Func adapters make any function one. A
 // RateFilter wraps a Selector and skips a step whose recent success rate for
-// a kind fell below a threshold (never the last step, the fallback); the
-// cleanup loop feeds one itself with Config.MinStepSuccessRate.
+// a kind fell below a threshold (never the last step, the fallback);
+// Config.MinStepSuccessRate sets one up.
+//
+// # The pipeline
+//
+// A Pipeline, built by New from a Config, puts the parts together for the
+// cleanup loop: the steps (by default Gap, plus PartialWork and Retry when
+// their trackers are given), the probe, the optional rate filter, and how
+// many failed attempts make an entry's work given up (Config.MaxAttempts;
+// by default never). The cleanup loop builds the default one itself, so a
+// caller with no trackers configures nothing here:
+//
+//	p, err := recovery.New(st, &recovery.Config{WorkTracker: work, OperationTracker: ops})
+//	...
+//	sv, err := cleanup.New(st, &cleanup.Config{Pipeline: p})
 package recovery

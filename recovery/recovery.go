@@ -57,10 +57,11 @@ func (s funcStep) TryRecover(ctx context.Context, e store.Entry) (Result, error)
 	return s.fn(ctx, e)
 }
 
-// Pipeline runs steps in order; the first that recovers the entry wins.
-type Pipeline []Step
+// Steps run in order; the first that recovers the entry wins. A Selector
+// picks them for each entry (Pipeline.Select).
+type Steps []Step
 
-// ErrUnrecovered is returned by Pipeline.Run and Pipeline.Plan when no step
+// ErrUnrecovered is returned by Steps.Run and Steps.Plan when no step
 // resolved the entry, because one failed or every one declined; the entry
 // stays expired and is tried again later.
 var ErrUnrecovered = errors.New("recovery: no step resolved the entry")
@@ -70,7 +71,7 @@ var ErrUnrecovered = errors.New("recovery: no step resolved the entry")
 // that fails stops the pipeline: Run returns an error matching
 // ErrUnrecovered and wrapping the step's. So does a pipeline whose every
 // step declined. Each step tried is reported to observe (nil: no report).
-func (p Pipeline) Run(ctx context.Context, e store.Entry, observe func(step string, r Result, err error)) (Result, error) {
+func (p Steps) Run(ctx context.Context, e store.Entry, observe func(step string, r Result, err error)) (Result, error) {
 	for _, s := range p {
 		if err := ctx.Err(); err != nil {
 			return Result{}, err
@@ -112,7 +113,7 @@ type WorkFinder interface {
 	FindWork(ctx context.Context, e store.Entry) (work []byte, ok bool, err error)
 }
 
-// Plan is what a pipeline decided for an expired entry, before anything
+// Plan is what the steps decided for an expired entry, before anything
 // changed: declare it a gap, or move Work to a new number with recovery
 // type Step.
 type Plan struct {
@@ -123,7 +124,7 @@ type Plan struct {
 
 // Plannable reports whether Plan can decide for p: every step is a
 // WorkFinder or the built-in Gap step.
-func (p Pipeline) Plannable() bool {
+func (p Steps) Plannable() bool {
 	for _, s := range p {
 		if _, ok := s.(WorkFinder); !ok && !isGap(s) {
 			return false
@@ -132,12 +133,12 @@ func (p Pipeline) Plannable() bool {
 	return true
 }
 
-// Plan runs the deciding half of a Plannable pipeline on e: the WorkFinders
+// Plan runs the deciding half of Plannable steps on e: the WorkFinders
 // in order until one has work, or the Gap step. A failing step stops it, as
-// in Run; so does a pipeline whose every step declined. Declining and
+// in Run; so does a run whose every step declined. Declining and
 // failing steps are reported to observe (nil: no report); the step that
 // takes the entry is not: the caller reports it once it applied the plan.
-func (p Pipeline) Plan(ctx context.Context, e store.Entry, observe func(step string, r Result, err error)) (Plan, error) {
+func (p Steps) Plan(ctx context.Context, e store.Entry, observe func(step string, r Result, err error)) (Plan, error) {
 	for _, s := range p {
 		if err := ctx.Err(); err != nil {
 			return Plan{}, err

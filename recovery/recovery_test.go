@@ -3,12 +3,14 @@ package recovery_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/seqlease/seqlease/internal/configtest"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
@@ -115,7 +117,7 @@ func TestPipelineOrder(t *testing.T) {
 	s, es := expiredEntries(t, 4)
 	var ran []string
 	observe := func(step string, r recovery.Result, err error) { ran = append(ran, step) }
-	p := recovery.Pipeline{
+	p := recovery.Steps{
 		recovery.PartialWork(s, tracker(nil, false, nil), "c"),
 		recovery.Retry(s, results([]byte("r"), true, nil), "c"),
 		recovery.Gap(s),
@@ -126,7 +128,7 @@ func TestPipelineOrder(t *testing.T) {
 	require.Equal(t, []string{"partial-work", "retry"}, ran, "a decline passes on; stops at the first success")
 
 	ran = nil
-	failing := recovery.Pipeline{
+	failing := recovery.Steps{
 		recovery.PartialWork(s, tracker(nil, false, errors.New("down")), "c"),
 		recovery.Gap(s),
 	}
@@ -139,11 +141,11 @@ func TestPipelineOrder(t *testing.T) {
 	never := recovery.NewStep("never", func(context.Context, store.Entry) (recovery.Result, error) {
 		return recovery.Result{}, errors.New("db down")
 	})
-	_, err = recovery.Pipeline{never}.Run(ctx, es[2], nil)
+	_, err = recovery.Steps{never}.Run(ctx, es[2], nil)
 	require.ErrorIs(t, err, recovery.ErrUnrecovered)
 	require.ErrorContains(t, err, "db down")
 
-	_, err = recovery.Pipeline{recovery.PartialWork(s, tracker(nil, false, nil), "c")}.Run(ctx, es[3], nil)
+	_, err = recovery.Steps{recovery.PartialWork(s, tracker(nil, false, nil), "c")}.Run(ctx, es[3], nil)
 	require.ErrorIs(t, err, recovery.ErrUnrecovered, "every step declined")
 	require.Equal(t, store.Leased, read(t, s, 4).State)
 }
@@ -154,7 +156,7 @@ func TestPlan(t *testing.T) {
 	s, es := expiredEntries(t, 1)
 	var ran []string
 	observe := func(step string, r recovery.Result, err error) { ran = append(ran, step) }
-	p := recovery.Pipeline{
+	p := recovery.Steps{
 		recovery.PartialWork(s, tracker(nil, false, nil), "c"),
 		recovery.Retry(s, results([]byte("r"), true, nil), "c"),
 		recovery.Gap(s),
@@ -166,15 +168,15 @@ func TestPlan(t *testing.T) {
 	require.Equal(t, []string{"partial-work"}, ran, "only the declines are reported")
 	require.Equal(t, store.Leased, read(t, s, 1).State, "planning writes nothing")
 
-	plan, err = recovery.Pipeline{recovery.PartialWork(s, tracker(nil, false, nil), "c"), recovery.Gap(s)}.Plan(ctx, es[0], nil)
+	plan, err = recovery.Steps{recovery.PartialWork(s, tracker(nil, false, nil), "c"), recovery.Gap(s)}.Plan(ctx, es[0], nil)
 	require.NoError(t, err)
 	require.Equal(t, recovery.Plan{Step: recovery.MethodGap, Gap: true}, plan)
 
-	_, err = recovery.Pipeline{recovery.PartialWork(s, tracker(nil, false, errors.New("down")), "c"), recovery.Gap(s)}.Plan(ctx, es[0], nil)
+	_, err = recovery.Steps{recovery.PartialWork(s, tracker(nil, false, errors.New("down")), "c"), recovery.Gap(s)}.Plan(ctx, es[0], nil)
 	require.ErrorIs(t, err, recovery.ErrUnrecovered)
 	require.ErrorContains(t, err, "down")
 
-	custom := recovery.Pipeline{recovery.NewStep("mine", func(context.Context, store.Entry) (recovery.Result, error) {
+	custom := recovery.Steps{recovery.NewStep("mine", func(context.Context, store.Entry) (recovery.Result, error) {
 		return recovery.Result{}, nil
 	}), recovery.Gap(s)}
 	require.False(t, custom.Plannable(), "a custom step must run")
@@ -224,7 +226,7 @@ func TestDefaultAdaptiveMapping(t *testing.T) {
 		Retry:       recovery.Retry(s, results(nil, false, nil), "c"),
 		Gap:         recovery.Gap(s),
 	}
-	names := func(p recovery.Pipeline) []string {
+	names := func(p recovery.Steps) []string {
 		var out []string
 		for _, st := range p {
 			out = append(out, st.Name())
@@ -267,11 +269,11 @@ func TestCustomProbeAndSelector(t *testing.T) {
 		}
 		return recovery.Low
 	})
-	sel := recovery.SelectorFunc(func(level recovery.Level, kind string) recovery.Pipeline {
+	sel := recovery.SelectorFunc(func(level recovery.Level, kind string) recovery.Steps {
 		if kind == "orders" && level == recovery.High {
-			return recovery.Pipeline{recovery.Retry(s, results([]byte("x"), true, nil), "c")}
+			return recovery.Steps{recovery.Retry(s, results([]byte("x"), true, nil), "c")}
 		}
-		return recovery.Pipeline{recovery.Gap(s)}
+		return recovery.Steps{recovery.Gap(s)}
 	})
 	level := probe.Level(ctx, recovery.Signals{Backlog: 1})
 	r, err := sel.Select(level, es[0].Kind).Run(ctx, es[0], nil)
@@ -330,4 +332,80 @@ func TestRateFilterRingCountsAndWindowCap(t *testing.T) {
 		huge.Record("partial-work", "k", false)
 	}
 	require.Len(t, huge.Select(recovery.Low, "k"), 1, "full after MaxRateWindow outcomes")
+}
+
+func TestNewDefaults(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, es := expiredEntries(t, 1)
+	p, err := recovery.New(s, nil)
+	require.NoError(t, err)
+	names := func(steps recovery.Steps) []string {
+		var out []string
+		for _, st := range steps {
+			out = append(out, st.Name())
+		}
+		return out
+	}
+	require.Equal(t, []string{"gap"}, names(p.Select(recovery.Low, "k")), "no trackers: every entry becomes a gap")
+	require.Equal(t, recovery.DefaultOwner, p.Owner())
+	require.Zero(t, p.MaxAttempts(), "never give up")
+	require.Equal(t, recovery.Low, p.Level(ctx, recovery.Signals{}))
+	require.Equal(t, recovery.High, p.Level(ctx, recovery.Signals{Backlog: 10_000}), "DefaultProbe")
+
+	p, err = recovery.New(s, &recovery.Config{
+		WorkTracker:      tracker(nil, false, nil),
+		OperationTracker: results([]byte("done"), true, nil),
+		Owner:            "me", MaxAttempts: 3,
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"partial-work", "retry", "gap"}, names(p.Select(recovery.Low, "k")))
+	require.Equal(t, []string{"gap"}, names(p.Select(recovery.High, "k")))
+	require.Equal(t, 3, p.MaxAttempts())
+	r, err := p.Select(recovery.Low, "k").Run(ctx, es[0], nil)
+	require.NoError(t, err)
+	require.Equal(t, recovery.MethodRetry, r.Method)
+	require.Equal(t, "me", read(t, s, r.NewNumber).Owner, "Owner is recorded on the moved work")
+}
+
+func TestNewPoolSaturationAndRates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := expiredEntries(t, 1)
+	// The store's pool is read when the caller gives no signal.
+	p, err := recovery.New(saturated{s}, nil)
+	require.NoError(t, err)
+	require.Equal(t, recovery.High, p.Level(ctx, recovery.Signals{}))
+	require.Equal(t, recovery.Medium, p.Level(ctx, recovery.Signals{PoolSaturation: 0.8}), "a signal given wins")
+	p, err = recovery.New(saturated{s}, &recovery.Config{PoolSaturation: func() float64 { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, recovery.Low, p.Level(ctx, recovery.Signals{}), "Config.PoolSaturation wins over the store's")
+
+	p, err = recovery.New(s, &recovery.Config{WorkTracker: tracker(nil, false, nil), MinStepSuccessRate: 0.5, StepRateWindow: 2})
+	require.NoError(t, err)
+	require.Len(t, p.Select(recovery.Low, "k"), 2)
+	p.Record(recovery.MethodPartialWork, "k", false)
+	p.Record(recovery.MethodPartialWork, "k", false)
+	require.Len(t, p.Select(recovery.Low, "k"), 1, "the rate filter skips a failing step")
+}
+
+// saturated is a store whose connection pool is nearly full.
+type saturated struct{ *memory.Store }
+
+func (saturated) PoolSaturation() float64 { return 0.95 }
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	s, _ := expiredEntries(t, 1)
+	_, err := recovery.New(nil, nil)
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	for _, cfg := range []recovery.Config{
+		{MinStepSuccessRate: -0.1}, {MinStepSuccessRate: 1.5}, {MinStepSuccessRate: math.NaN()},
+		{StepRateWindow: -1}, {StepRateWindow: recovery.MaxRateWindow + 1}, {MaxAttempts: -1},
+		{Owner: "nul\x00"}, {Owner: string(make([]byte, store.MaxTextLen+1))},
+	} {
+		_, err := recovery.New(s, &cfg)
+		require.Error(t, err, "%+v", cfg)
+		configtest.RequireBlame(t, err, &cfg, func() error { _, err := recovery.New(s, &cfg); return err })
+	}
 }

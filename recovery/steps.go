@@ -18,8 +18,8 @@ const (
 
 // ReasonRecoveryFailed is the gap reason of an expired entry whose recovery
 // kept failing and whose work was given up to unblock its stream: only when
-// the cleanup loop's Config.MaxRecoveryAttempts is set (by default it never
-// gives up).
+// the Pipeline's Config.MaxAttempts is set (by default it never gives
+// up).
 const ReasonRecoveryFailed = "recovery-failed"
 
 // WorkTracker is the caller's record of partial work, for PartialWork.
