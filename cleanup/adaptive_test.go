@@ -44,7 +44,7 @@ func TestAdaptiveLevels(t *testing.T) {
 				return []byte("result " + e.OperationID), true, nil
 			})
 			sv, err := cleanup.New(s, &cleanup.Config{
-				Probe: probe, WorkTracker: partialFor("op-2"), OperationTracker: results,
+				Pipeline: newPipeline(t, s, &recovery.Config{Probe: probe, WorkTracker: partialFor("op-2"), OperationTracker: results}),
 			})
 			require.NoError(t, err)
 			defer sv.Stop()
@@ -99,7 +99,7 @@ func TestCustomSelector(t *testing.T) {
 		}
 		return recovery.Steps{recovery.Gap(s)}
 	})
-	sv, err := cleanup.New(s, &cleanup.Config{Probe: probe, Selector: sel})
+	sv, err := cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{Probe: probe, Selector: sel})})
 	require.NoError(t, err)
 	defer sv.Stop()
 	leaseWith(t, s, "c", []store.LeaseRequest{
@@ -120,7 +120,7 @@ func TestBacklogIsWholeScan(t *testing.T) {
 	t.Parallel()
 	s := memory.New(nil)
 	probe := &fixedProbe{}
-	sv, err := cleanup.New(s, &cleanup.Config{Probe: probe, BatchSize: 10, CascadeThreshold: 1000})
+	sv, err := cleanup.New(s, &cleanup.Config{BatchSize: 10, Pipeline: newPipeline(t, s, &recovery.Config{Probe: probe}), Cascade: &cleanup.CascadeConfig{Threshold: 1000}})
 	require.NoError(t, err)
 	defer sv.Stop()
 	leaseExpired(t, s, "a", 25)
@@ -143,7 +143,7 @@ func TestPoolSaturationFromStore(t *testing.T) {
 	t.Parallel()
 	s := saturated{memory.New(nil)}
 	probe := &fixedProbe{}
-	sv, err := cleanup.New(s, &cleanup.Config{Probe: probe})
+	sv, err := cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{Probe: probe})})
 	require.NoError(t, err)
 	defer sv.Stop()
 	leaseExpired(t, s, "p", 1)
@@ -151,7 +151,7 @@ func TestPoolSaturationFromStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0.95, probe.signals[0].PoolSaturation)
 
-	sv, err = cleanup.New(s, &cleanup.Config{WorkTracker: partialFor()})
+	sv, err = cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: partialFor()})})
 	require.NoError(t, err)
 	defer sv.Stop()
 	leaseExpired(t, s, "q", 1)
@@ -160,7 +160,7 @@ func TestPoolSaturationFromStore(t *testing.T) {
 	require.Equal(t, map[string]int{"gap": 1}, res.Resolved, "the default probe: high load")
 }
 
-// TestRateFilterWired: with MinStepSuccessRate the loop feeds the rate
+// TestRateFilterWired: with the pipeline's MinStepSuccessRate the loop feeds the rate
 // filter itself; a step that never succeeds for a kind is then skipped.
 func TestRateFilterWired(t *testing.T) {
 	t.Parallel()
@@ -170,7 +170,7 @@ func TestRateFilterWired(t *testing.T) {
 		calls.Add(1)
 		return nil, false, nil
 	})
-	sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: never, MinStepSuccessRate: 0.5, StepRateWindow: 4})
+	sv, err := cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: never, MinStepSuccessRate: 0.5, StepRateWindow: 4})})
 	require.NoError(t, err)
 	defer sv.Stop()
 	leaseExpired(t, s, "r", 4)

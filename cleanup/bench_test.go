@@ -27,7 +27,7 @@ import (
 //   - default: a WorkTracker with partial work for every operation and the
 //     default Config, probe included (a backlog of 10,000 is high load);
 //   - gap+durable-hook, partial-work+durable-hook: gap and partial-work with
-//     a DurableHook, whose records the resolving statements write (the
+//     a durable hook, whose records the resolving statements write (the
 //     Service is not started: nothing is delivered);
 //   - partial-work+movetx: partial-work with a MoveTx that writes nothing,
 //     the cost of the interactive transaction (PostgreSQL only).
@@ -38,27 +38,33 @@ func BenchmarkRecoverExpired(b *testing.B) {
 		return []byte("partial"), true, nil
 	})
 	low := recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level { return recovery.Low })
-	configs := map[string]func(s backend) *cleanup.Config{
-		"gap":          func(backend) *cleanup.Config { return &cleanup.Config{} },
-		"partial-work": func(backend) *cleanup.Config { return &cleanup.Config{WorkTracker: work, Probe: low} },
-		"partial-work-per-entry": func(s backend) *cleanup.Config {
+	configs := map[string]func(b *testing.B, s backend) *cleanup.Config{
+		"gap": func(*testing.B, backend) *cleanup.Config { return &cleanup.Config{} },
+		"partial-work": func(b *testing.B, s backend) *cleanup.Config {
+			return &cleanup.Config{Pipeline: newPipeline(b, s, &recovery.Config{WorkTracker: work, Probe: low})}
+		},
+		"partial-work-per-entry": func(b *testing.B, s backend) *cleanup.Config {
 			step := recovery.NewStep(recovery.MethodPartialWork, func(ctx context.Context, e store.Entry) (recovery.Result, error) {
 				n, err := s.RecoverExpired(ctx, e.Stream, e.Number, &store.RecoverParams{Payload: []byte("partial"), RecoveryType: recovery.MethodPartialWork})
 				return recovery.Result{Recovered: err == nil, NewNumber: n}, err
 			})
-			return &cleanup.Config{Probe: low, Selector: recovery.SelectorFunc(func(recovery.Level, string) recovery.Steps {
+			return &cleanup.Config{Pipeline: newPipeline(b, s, &recovery.Config{Probe: low, Selector: recovery.SelectorFunc(func(recovery.Level, string) recovery.Steps {
 				return recovery.Steps{step}
-			})}
+			})})}
 		},
-		"default":          func(backend) *cleanup.Config { return &cleanup.Config{WorkTracker: work} },
-		"gap+durable-hook": func(backend) *cleanup.Config { return &cleanup.Config{DurableHook: noHook} },
-		"partial-work+durable-hook": func(backend) *cleanup.Config {
-			return &cleanup.Config{WorkTracker: work, Probe: low, DurableHook: noHook}
+		"default": func(b *testing.B, s backend) *cleanup.Config {
+			return &cleanup.Config{Pipeline: newPipeline(b, s, &recovery.Config{WorkTracker: work})}
 		},
-		"partial-work+movetx": func(backend) *cleanup.Config {
-			return &cleanup.Config{WorkTracker: work, Probe: low, MoveTx: cleanup.MoveTxFunc[pgx.Tx](func(context.Context, pgx.Tx, []cleanup.Move) error {
-				return nil
-			})}
+		"gap+durable-hook": func(*testing.B, backend) *cleanup.Config {
+			return &cleanup.Config{Hooks: &cleanup.HooksConfig{Durable: noHook}}
+		},
+		"partial-work+durable-hook": func(b *testing.B, s backend) *cleanup.Config {
+			return &cleanup.Config{Pipeline: newPipeline(b, s, &recovery.Config{WorkTracker: work, Probe: low}),
+				Hooks: &cleanup.HooksConfig{Durable: noHook}}
+		},
+		"partial-work+movetx": func(b *testing.B, s backend) *cleanup.Config {
+			return &cleanup.Config{Pipeline: newPipeline(b, s, &recovery.Config{WorkTracker: work, Probe: low}),
+				MoveTx: cleanup.MoveTxFunc[pgx.Tx](func(context.Context, pgx.Tx, []cleanup.Move) error { return nil })}
 		},
 	}
 	for _, name := range []string{"memory", "postgres"} {
@@ -73,7 +79,7 @@ func BenchmarkRecoverExpired(b *testing.B) {
 					if name == "postgres" {
 						s = newPostgres(b)
 					}
-					sv, err := cleanup.New(s, configs[method](s))
+					sv, err := cleanup.New(s, configs[method](b, s))
 					require.NoError(b, err)
 					defer sv.Stop()
 					var total time.Duration

@@ -28,8 +28,7 @@ type Store interface {
 	Now(ctx context.Context) (time.Time, error)
 	ResolveExpiredBatch(ctx context.Context, stream string, numbers []int64, p *store.ResolveExpiredParams) ([]int64, error)
 	RecoverExpiredBatch(ctx context.Context, stream string, items []store.RecoverItem, p *store.RecoverBatchParams) ([]store.RecoverResult, error)
-	recovery.Recoverer
-	recovery.Resolver
+	recovery.Store
 }
 
 // TTLBooster is the Leaser whose default lease duration cascade mode raises
@@ -48,206 +47,12 @@ type Waiter interface {
 // HookFunc releases what an expired operation held: its locks, temp files,
 // cache entries. Hooks run once for every expired lease this Service
 // resolved, after it resolved it, concurrently (at most
-// Config.HookConcurrency at a time) and each bounded by Config.HookTimeout;
-// a failing hook is logged and reported and never delays a resolution. A
-// hook must return when its context ends: Stop lets the hooks finish for
-// up to Config.HookGrace, then cancels them and waits.
+// HooksConfig.Concurrency at a time) and each bounded by
+// HooksConfig.Timeout; a failing hook is logged and reported and never
+// delays a resolution. A hook must return when its context ends: Stop lets
+// the hooks finish for up to HooksConfig.Grace, then cancels them and
+// waits.
 type HookFunc func(ctx context.Context, e store.Entry) error
-
-// Defaults of Config.
-const (
-	DefaultInterval         = 30 * time.Second
-	DefaultBatchSize        = 1000
-	DefaultScanLimit        = 10_000
-	DefaultStepRateWindow   = 100
-	DefaultCascadeThreshold = 100
-	DefaultCascadeBatch     = 500
-	DefaultCascadeDelay     = 10 * time.Millisecond
-	DefaultCascadeTTLFactor = 2.0
-	// MaxCascadeTTLFactor bounds Config.CascadeTTLFactor (the boost is
-	// capped at the Booster's maximum TTL anyway).
-	MaxCascadeTTLFactor = 100.0
-	// MaxInterval bounds Config.Interval: an expired lease waits up to an
-	// interval for its cleaner, so a day is already far too long.
-	MaxInterval            = 24 * time.Hour
-	DefaultHookTimeout     = 10 * time.Second
-	DefaultHookConcurrency = 16
-	DefaultHookQueue       = 100_000
-	DefaultHookGrace       = 5 * time.Second
-	DefaultMaxBackoff      = time.Minute
-	DefaultQueryTimeout    = 30 * time.Second
-)
-
-// Config configures a Service. A nil *Config means the defaults; so does the
-// zero value of each field.
-type Config struct {
-	// Interval is the time from the start of one cycle to the start of the
-	// next (a cycle also runs at Start; a cycle longer than the interval is
-	// followed at once), plus a random 0..10% so that processes do not scan
-	// in step; at most MaxInterval. Default: DefaultInterval (30 s).
-	Interval time.Duration
-	// Selector picks the recovery steps for a load level and kind. Default:
-	// recovery.StepSelector with the Gap step, plus PartialWork when
-	// WorkTracker is set and Retry when OperationTracker is set.
-	Selector recovery.Selector
-	// WorkTracker and OperationTracker feed the default Selector's
-	// PartialWork and Retry steps. Optional.
-	WorkTracker      recovery.WorkTracker
-	OperationTracker recovery.OperationTracker
-	// Probe classifies the load. Default: recovery.DefaultProbe().
-	Probe recovery.LoadProbe
-	// PoolSaturation reports the share of the connection pool in use
-	// (0..1), a signal for Probe. Default: the store's PoolSaturation
-	// method if it has one (*postgres.Store on a *pgxpool.Pool), else none.
-	PoolSaturation func() float64
-	// MinStepSuccessRate, when above 0, wraps the Selector in a
-	// recovery.RateFilter fed with every step the loop tries: a step whose
-	// success rate for a kind over its last StepRateWindow attempts fell
-	// below it is skipped (never the last step of a pipeline). Default: 0,
-	// off.
-	MinStepSuccessRate float64
-	// StepRateWindow is the number of attempts the rate is taken over, at
-	// most recovery.MaxRateWindow. Default: DefaultStepRateWindow (100).
-	StepRateWindow int
-	// MaxRecoveryAttempts, when above 0, is how many times in a row the
-	// recovery of an expired entry may fail (a tracker or the database
-	// erred) before the loop gives its work up and declares it a gap with
-	// reason recovery.ReasonRecoveryFailed, unblocking its stream at the
-	// cost of that work. Attempts are counted in this process, once per
-	// cycle (about one per Interval). Default: 0, never give up: the entry
-	// stays expired and its stream waits, in order, until the recovery
-	// succeeds; the watermark lag grows, and the recovery failures (the
-	// metrics' failure results and the RecoveryFailureRate alert, the
-	// logs) say why.
-	MaxRecoveryAttempts int
-	// Elector makes one cleaner at a time clean a stream. Default: a
-	// LeaseElector on a lease.Manager of this Service's own when the store
-	// has named leases (both backends do), else a LocalElector.
-	Elector Elector
-	// LeaseTTL is the TTL of the default elector's stream leases, in
-	// [1µs, lease.DefaultMaxTTL]. Default: DefaultLeaseTTL (15 s).
-	LeaseTTL time.Duration
-	// Barrier, if set, wakes the loop when a live lease that holds expired
-	// leases of its stream back resolves, so they are handled at once: a
-	// started *barrier.Barrier, or any Waiter. Without it they are handled
-	// at the blocking lease's expiry or the next cycle, whichever comes
-	// first. Optional.
-	Barrier Waiter
-	// BatchSize is how many expired leases one listing query returns, and
-	// how many resolutions one statement writes outside cascade mode.
-	// Default: DefaultBatchSize (1,000).
-	BatchSize int
-	// ScanLimit is the most expired leases a cycle holds in memory at once
-	// (the listing pages up to it, then handles them, then lists on). The
-	// load probe's backlog counts them. Default: DefaultScanLimit (10,000).
-	ScanLimit int
-	// CascadeThreshold is the number of expired leases in one scan above
-	// which the cycle runs in cascade mode. Default: DefaultCascadeThreshold
-	// (100).
-	CascadeThreshold int
-	// CascadeBatch and CascadeDelay bound the work of cascade mode: it
-	// writes at most CascadeBatch resolutions per statement and pauses
-	// CascadeDelay (at most MaxInterval) after every CascadeBatch of them.
-	// Defaults: DefaultCascadeBatch (500), DefaultCascadeDelay (10 ms).
-	CascadeBatch int
-	CascadeDelay time.Duration
-	// CascadeTTLFactor is how much cascade mode raises Booster's default
-	// TTL. Default: DefaultCascadeTTLFactor (2).
-	CascadeTTLFactor float64
-	// Booster is the Leaser whose default TTL cascade mode raises, while
-	// the cycle lasts. The boost is process-local: only this Leaser's
-	// default changes, not other processes'. Optional.
-	Booster TTLBooster
-	// Hooks run for every expired lease this Service resolves, best
-	// effort: a crash between a resolution and its hooks skips them.
-	// Optional.
-	Hooks []HookFunc
-	// DurableHook, if set, runs at least once for every expired lease
-	// this Service resolves, surviving a crash: the resolving statement
-	// records it (store.HookQueue; on PostgreSQL in the table
-	// pending_hooks), and a deliverer of this Service (started by Start)
-	// runs it and deletes the record only once it returned nil; a failure
-	// is retried after a backoff (1 s doubling up to MaxBackoff). Any
-	// Service with a DurableHook on the same store delivers the records
-	// any other left, so a hook may run more than once (a crash after it
-	// ran, before its record was deleted): make it idempotent, keyed by
-	// the entry's stream and number. HookTimeout, HookConcurrency and
-	// HookGrace apply to it too. Requires a store that is a
-	// store.HookQueue (both backends are; in memory nothing survives the
-	// process). Optional.
-	DurableHook HookFunc
-	// HookPoll is how often the deliverer looks for durable hooks due
-	// (records left by other processes, retries); it also looks at once
-	// whenever this Service resolved entries. Default: DefaultHookPoll
-	// (5 s).
-	HookPoll time.Duration
-	// MoveTx, if set, runs inside the transaction that moves expired work
-	// to new numbers (recovery steps PartialWork and Retry), with the
-	// moves: the application's writes that the holders would have made in
-	// their committing transactions (sequence.CommitTx) commit with the
-	// moves or not at all. Set it to a MoveTxFunc[T] of the backend's
-	// transaction type: cleanup.MoveTxFunc[pgx.Tx](fn) on PostgreSQL. If
-	// it fails, nothing of the batch moves: the entries stay expired and
-	// are tried again next cycle, a failed recovery (MaxRecoveryAttempts
-	// applies); so does a transaction, function included, that outlives
-	// MoveTxTimeout. New refuses it on a store that cannot run it
-	// (store.TxRecoverer[T]; the memory backend cannot). Optional.
-	MoveTx TxMover
-	// MoveTxTimeout bounds the whole transaction that moves a batch with
-	// MoveTx: its statements and MoveTx's function (its ctx ends then).
-	// Set it above the function's slowest run for a batch (CascadeBatch
-	// or BatchSize moves): a batch that times out rolls back and counts
-	// as a failed recovery, so with MaxRecoveryAttempts a function that
-	// is always too slow ends as gaps. It holds the moved entries' row
-	// locks while it runs. At most MaxInterval. Default: QueryTimeout.
-	MoveTxTimeout time.Duration
-	// HookTimeout bounds each hook. With DurableHook, a delivery claims
-	// its record for HookTimeout plus QueryTimeout, which New requires to
-	// be at most store.MaxHookClaim (24 h). Default: DefaultHookTimeout
-	// (10 s).
-	HookTimeout time.Duration
-	// HookConcurrency is how many hooks run at once. Default:
-	// DefaultHookConcurrency (16).
-	HookConcurrency int
-	// HookQueue is the most hooks waiting to run. When it is full, the
-	// hooks of further resolved entries are dropped: logged, and reported
-	// to Observer.HookFailed with ErrHookDropped (the metrics count them
-	// as hook failures). Default: DefaultHookQueue (100,000).
-	HookQueue int
-	// HookGrace is how long Stop lets the queued and running hooks finish
-	// before it cancels those still running and drops those still queued
-	// (logged, and reported with ErrHookDropped). Default:
-	// DefaultHookGrace (5 s).
-	HookGrace time.Duration
-	// MaxBackoff caps the pause after a cycle that could not list the
-	// expired leases (the store is unreachable): the pauses start at 1 s
-	// (Interval if shorter), grow by half each time, randomized, and never
-	// pass MaxBackoff. Meanwhile the loop reads the store's clock as often
-	// as the first pause, and when the store answers again after it did
-	// not (the end of an outage, a failover), a cycle runs at once. Failures of single streams (a tracker, a write, a
-	// stream lease) do not back off: those streams are retried at the next
-	// regular cycle and the others keep their pace. It also caps the pause
-	// before a failed DurableHook runs again. At most MaxInterval.
-	// Default: DefaultMaxBackoff (1 min).
-	MaxBackoff time.Duration
-	// QueryTimeout bounds each statement (with MoveTx: the whole moving
-	// transaction, MoveTx's function included). With DurableHook,
-	// HookTimeout plus QueryTimeout must be at most store.MaxHookClaim.
-	// Default: DefaultQueryTimeout (30 s).
-	QueryTimeout time.Duration
-	// Owner is recorded on entries that carry recovered work. Default:
-	// "seqlease-cleanup".
-	Owner string
-	// Logger receives the loop's diagnostics. Default: discard.
-	Logger *slog.Logger
-	// Observer is told what every cycle and every entry came to (the
-	// metrics package provides one). If it also implements StepObserver or
-	// Tracer, it is told each recovery step, and follows cycles and
-	// recoveries as they run; if it implements lease.Observer, it is told
-	// what the default elector's stream leases do (kind "cleanup").
-	// Optional.
-	Observer Observer
-}
 
 // Observer is told what the loop does. Its methods must not block.
 type Observer interface {
@@ -288,10 +93,7 @@ type CycleResult struct {
 type Service struct {
 	store       Store
 	interval    time.Duration
-	selector    recovery.Selector
-	rates       *recovery.RateFilter // nil unless MinStepSuccessRate
-	probe       recovery.LoadProbe
-	pool        func() float64
+	pipeline    *recovery.Pipeline
 	maxAttempts int // 0: never give up
 	elector     Elector
 	leases      *lease.Manager // the default elector's, stopped by Stop
@@ -305,7 +107,7 @@ type Service struct {
 	}
 	booster    TTLBooster
 	hooks      *hookRunner
-	durable    *deliverer // nil without Config.DurableHook
+	durable    *deliverer // nil without HooksConfig.Durable
 	moveTx     TxMover    // nil without Config.MoveTx
 	moveTxTime time.Duration
 	maxBackoff time.Duration
@@ -347,62 +149,25 @@ func New(s Store, cfg *Config) (*Service, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	switch {
-	case cfg.Interval < 0 || cfg.Interval > MaxInterval:
-		return nil, fmt.Errorf("cleanup: Config.Interval %v must be in 0..%v: %w", cfg.Interval, MaxInterval, store.ErrInvalidArgument)
-	case !(cfg.MinStepSuccessRate >= 0 && cfg.MinStepSuccessRate <= 1): // also NaN
-		return nil, fmt.Errorf("cleanup: Config.MinStepSuccessRate %v must be in 0..1: %w", cfg.MinStepSuccessRate, store.ErrInvalidArgument)
-	case cfg.StepRateWindow < 0 || cfg.StepRateWindow > recovery.MaxRateWindow:
-		return nil, fmt.Errorf("cleanup: Config.StepRateWindow %d must be in 0..%d: %w", cfg.StepRateWindow, recovery.MaxRateWindow, store.ErrInvalidArgument)
-	case cfg.MaxRecoveryAttempts < 0:
-		return nil, fmt.Errorf("cleanup: Config.MaxRecoveryAttempts %d is negative: %w", cfg.MaxRecoveryAttempts, store.ErrInvalidArgument)
-	case cfg.LeaseTTL != 0 && (cfg.LeaseTTL < time.Microsecond || cfg.LeaseTTL > lease.DefaultMaxTTL):
-		return nil, fmt.Errorf("cleanup: Config.LeaseTTL %v must be 0 (the default) or in [1µs, %v]: %w", cfg.LeaseTTL, lease.DefaultMaxTTL, store.ErrInvalidArgument)
-	case cfg.BatchSize < 0 || cfg.BatchSize > store.MaxListLimit:
-		return nil, fmt.Errorf("cleanup: Config.BatchSize %d must be in 0..%d: %w", cfg.BatchSize, store.MaxListLimit, store.ErrInvalidArgument)
-	case cfg.ScanLimit < 0:
-		return nil, fmt.Errorf("cleanup: Config.ScanLimit %d is negative: %w", cfg.ScanLimit, store.ErrInvalidArgument)
-	case cfg.CascadeThreshold < 0:
-		return nil, fmt.Errorf("cleanup: Config.CascadeThreshold %d is negative: %w", cfg.CascadeThreshold, store.ErrInvalidArgument)
-	case cfg.CascadeBatch < 0 || cfg.CascadeBatch > store.MaxBatch:
-		return nil, fmt.Errorf("cleanup: Config.CascadeBatch %d must be in 0..%d: %w", cfg.CascadeBatch, store.MaxBatch, store.ErrInvalidArgument)
-	case cfg.CascadeDelay < 0 || cfg.CascadeDelay > MaxInterval:
-		return nil, fmt.Errorf("cleanup: Config.CascadeDelay %v must be in 0..%v: %w", cfg.CascadeDelay, MaxInterval, store.ErrInvalidArgument)
-	case cfg.CascadeTTLFactor != 0 && !(cfg.CascadeTTLFactor >= 1 && cfg.CascadeTTLFactor <= MaxCascadeTTLFactor): // also NaN, +Inf
-		return nil, fmt.Errorf("cleanup: Config.CascadeTTLFactor %v must be in 1..%v: %w", cfg.CascadeTTLFactor, MaxCascadeTTLFactor, store.ErrInvalidArgument)
-	case cfg.HookTimeout < 0:
-		return nil, fmt.Errorf("cleanup: Config.HookTimeout %v is negative: %w", cfg.HookTimeout, store.ErrInvalidArgument)
-	case cfg.HookConcurrency < 0:
-		return nil, fmt.Errorf("cleanup: Config.HookConcurrency %d is negative: %w", cfg.HookConcurrency, store.ErrInvalidArgument)
-	case cfg.HookQueue < 0:
-		return nil, fmt.Errorf("cleanup: Config.HookQueue %d is negative: %w", cfg.HookQueue, store.ErrInvalidArgument)
-	case cfg.HookGrace < 0:
-		return nil, fmt.Errorf("cleanup: Config.HookGrace %v is negative: %w", cfg.HookGrace, store.ErrInvalidArgument)
-	case cfg.MaxBackoff < 0 || cfg.MaxBackoff > MaxInterval:
-		return nil, fmt.Errorf("cleanup: Config.MaxBackoff %v must be in 0..%v: %w", cfg.MaxBackoff, MaxInterval, store.ErrInvalidArgument)
-	case cfg.QueryTimeout < 0:
-		return nil, fmt.Errorf("cleanup: Config.QueryTimeout %v is negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
-	case cfg.HookPoll < 0 || cfg.HookPoll > MaxInterval:
-		return nil, fmt.Errorf("cleanup: Config.HookPoll %v must be in 0..%v: %w", cfg.HookPoll, MaxInterval, store.ErrInvalidArgument)
-	case cfg.MoveTxTimeout < 0 || cfg.MoveTxTimeout > MaxInterval:
-		return nil, fmt.Errorf("cleanup: Config.MoveTxTimeout %v must be in 0..%v: %w", cfg.MoveTxTimeout, MaxInterval, store.ErrInvalidArgument)
-	case cfg.MoveTx != nil && !cfg.MoveTx.supports(s):
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MoveTx != nil && !cfg.MoveTx.supports(s) {
 		return nil, fmt.Errorf("cleanup: Config.MoveTx: %w: the store runs no functions of %s in the transaction that moves expired work (store.TxRecoverer): %w",
 			store.ErrUnsupported, cfg.MoveTx.txType(), store.ErrInvalidArgument)
 	}
+	cc, hc := cmp.Or(cfg.Cascade, &CascadeConfig{}), cmp.Or(cfg.Hooks, &HooksConfig{})
 	hq, isHookQueue := s.(store.HookQueue)
-	if cfg.DurableHook != nil && !isHookQueue {
-		return nil, fmt.Errorf("cleanup: Config.DurableHook: %w: the store keeps no hook records (store.HookQueue): %w",
+	if hc.Durable != nil && !isHookQueue {
+		return nil, fmt.Errorf("cleanup: Config.Hooks.Durable: %w: the store keeps no hook records (store.HookQueue): %w",
 			store.ErrUnsupported, store.ErrInvalidArgument)
 	}
-	if cfg.DurableHook != nil {
-		if err := checkClaim(cfg); err != nil {
-			return nil, err
+	pipeline := cfg.Pipeline
+	if pipeline == nil {
+		var err error
+		if pipeline, err = recovery.New(s, nil); err != nil {
+			return nil, fmt.Errorf("cleanup: %w", err)
 		}
-	}
-	owner := cmp.Or(cfg.Owner, "seqlease-cleanup")
-	if err := store.ValidateText("owner", owner); err != nil {
-		return nil, fmt.Errorf("cleanup: Config.Owner: %w", err)
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -411,18 +176,16 @@ func New(s Store, cfg *Config) (*Service, error) {
 	sv := &Service{
 		store:       s,
 		interval:    cmp.Or(cfg.Interval, DefaultInterval),
-		selector:    cfg.Selector,
-		probe:       cfg.Probe,
-		pool:        cfg.PoolSaturation,
-		maxAttempts: cfg.MaxRecoveryAttempts,
+		pipeline:    pipeline,
+		maxAttempts: pipeline.MaxAttempts(),
 		elector:     cfg.Elector,
 		waiter:      cfg.Barrier,
 		batch:       cmp.Or(cfg.BatchSize, DefaultBatchSize),
 		scanLimit:   cmp.Or(cfg.ScanLimit, DefaultScanLimit),
-		booster:     cfg.Booster,
+		booster:     cc.Booster,
 		maxBackoff:  cmp.Or(cfg.MaxBackoff, DefaultMaxBackoff),
 		qTimeout:    cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
-		owner:       owner,
+		owner:       pipeline.Owner(),
 		logger:      logger,
 		observer:    cfg.Observer,
 		attempts:    map[string]attempt{},
@@ -430,33 +193,10 @@ func New(s Store, cfg *Config) (*Service, error) {
 		moveTx:      cfg.MoveTx,
 	}
 	sv.moveTxTime = cmp.Or(cfg.MoveTxTimeout, sv.qTimeout)
-	sv.cascade.threshold = cmp.Or(cfg.CascadeThreshold, DefaultCascadeThreshold)
-	sv.cascade.batch = cmp.Or(cfg.CascadeBatch, DefaultCascadeBatch)
-	sv.cascade.delay = cmp.Or(cfg.CascadeDelay, DefaultCascadeDelay)
-	sv.cascade.factor = cmp.Or(cfg.CascadeTTLFactor, DefaultCascadeTTLFactor)
-	if sv.selector == nil {
-		sel := recovery.StepSelector{Gap: recovery.Gap(s)}
-		if cfg.WorkTracker != nil {
-			sel.PartialWork = recovery.PartialWork(s, cfg.WorkTracker, owner)
-		}
-		if cfg.OperationTracker != nil {
-			sel.Retry = recovery.Retry(s, cfg.OperationTracker, owner)
-		}
-		sv.selector = sel
-	}
-	if sv.probe == nil {
-		sv.probe = recovery.DefaultProbe()
-	}
-	if cfg.MinStepSuccessRate > 0 {
-		sv.rates = &recovery.RateFilter{Selector: sv.selector, MinRate: cfg.MinStepSuccessRate,
-			Window: cmp.Or(cfg.StepRateWindow, DefaultStepRateWindow)}
-		sv.selector = sv.rates
-	}
-	if sv.pool == nil {
-		if ps, ok := s.(interface{ PoolSaturation() float64 }); ok {
-			sv.pool = ps.PoolSaturation
-		}
-	}
+	sv.cascade.threshold = cmp.Or(cc.Threshold, DefaultCascadeThreshold)
+	sv.cascade.batch = cmp.Or(cc.Batch, DefaultCascadeBatch)
+	sv.cascade.delay = cmp.Or(cc.Delay, DefaultCascadeDelay)
+	sv.cascade.factor = cmp.Or(cc.TTLFactor, DefaultCascadeTTLFactor)
 	if sv.elector == nil {
 		if ls, ok := s.(lease.Store); ok {
 			lc := &lease.Config{DisableHistory: true, Logger: logger}
@@ -475,37 +215,14 @@ func New(s Store, cfg *Config) (*Service, error) {
 			sv.elector = NewLocalElector()
 		}
 	}
-	sv.hooks = newHookRunner(cfg.Hooks, cmp.Or(cfg.HookTimeout, DefaultHookTimeout),
-		cmp.Or(cfg.HookConcurrency, DefaultHookConcurrency), cmp.Or(cfg.HookQueue, DefaultHookQueue),
-		cmp.Or(cfg.HookGrace, DefaultHookGrace), logger, cfg.Observer)
-	if cfg.DurableHook != nil {
-		sv.durable = newDeliverer(hq, sv, cfg)
+	sv.hooks = newHookRunner(hc.BestEffort, cmp.Or(hc.Timeout, DefaultHookTimeout),
+		cmp.Or(hc.Concurrency, DefaultHookConcurrency), cmp.Or(hc.Queue, DefaultHookQueue),
+		cmp.Or(hc.Grace, DefaultHookGrace), logger, cfg.Observer)
+	if hc.Durable != nil {
+		sv.durable = newDeliverer(hq, sv, hc)
 	}
 	sv.wake.init()
 	return sv, nil
-}
-
-// A failed durable hook waits at most MaxBackoff, which is at most
-// MaxInterval, before it is due again: store.HookQueue.RetryHook takes
-// pauses up to store.MaxHookClaim. (This constant fails to compile if
-// MaxInterval grows past it.)
-const _ = uint64(store.MaxHookClaim - MaxInterval)
-
-// checkClaim checks that a durable hook's claim, HookTimeout plus
-// QueryTimeout, fits in store.MaxHookClaim: else every claim would be
-// refused and no durable hook delivered. It blames QueryTimeout when even
-// the default HookTimeout would not fit beside it, else HookTimeout.
-func checkClaim(cfg *Config) error {
-	hook, query := cmp.Or(cfg.HookTimeout, DefaultHookTimeout), cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout)
-	switch {
-	case query > store.MaxHookClaim-DefaultHookTimeout:
-		return fmt.Errorf("cleanup: Config.QueryTimeout %v is too long for a DurableHook: a delivery claims its record for HookTimeout plus QueryTimeout, at most %v (store.MaxHookClaim): %w",
-			cfg.QueryTimeout, store.MaxHookClaim, store.ErrInvalidArgument)
-	case hook > store.MaxHookClaim-query:
-		return fmt.Errorf("cleanup: Config.HookTimeout %v is too long for a DurableHook: a delivery claims its record for HookTimeout plus QueryTimeout (%v), at most %v (store.MaxHookClaim): %w",
-			cfg.HookTimeout, query, store.MaxHookClaim, store.ErrInvalidArgument)
-	}
-	return nil
 }
 
 // Start runs the loop in the background until Stop or until ctx ends. The
@@ -697,11 +414,4 @@ func (p *pauses) reset() { p.bo.Reset() }
 func (sv *Service) RunOnce(ctx context.Context) (CycleResult, error) {
 	res, _, err := sv.run(ctx, nil)
 	return res, err
-}
-
-func (sv *Service) saturation() float64 {
-	if sv.pool == nil {
-		return 0
-	}
-	return sv.pool()
 }

@@ -107,6 +107,14 @@ func partialFor(none ...string) recovery.WorkTrackerFunc {
 	}
 }
 
+// newPipeline returns the recovery pipeline cfg describes on s.
+func newPipeline(t testing.TB, s recovery.Store, cfg *recovery.Config) *recovery.Pipeline {
+	t.Helper()
+	p, err := recovery.New(s, cfg)
+	require.NoError(t, err)
+	return p
+}
+
 // recorder is an Observer that keeps what it is told.
 type recorder struct {
 	mu       sync.Mutex
@@ -233,8 +241,9 @@ func TestCascade(t *testing.T) {
 			bs := &batchSizes{backend: s}
 			const delay = 20 * time.Millisecond
 			sv, err := cleanup.New(bs, &cleanup.Config{
-				Observer: rec, Booster: boost, BatchSize: 400,
-				CascadeThreshold: 100, CascadeBatch: 100, CascadeDelay: delay,
+				Observer:  rec,
+				BatchSize: 400,
+				Cascade:   &cleanup.CascadeConfig{Booster: boost, Threshold: 100, Batch: 100, Delay: delay},
 			})
 			require.NoError(t, err)
 			defer sv.Stop()
@@ -285,8 +294,7 @@ func TestAdaptiveRecovery(t *testing.T) {
 			var saturation atomic.Value
 			saturation.Store(0.0)
 			sv, err := cleanup.New(s, &cleanup.Config{
-				WorkTracker: partialFor("op-2"), OperationTracker: done,
-				PoolSaturation: func() float64 { return saturation.Load().(float64) },
+				Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: partialFor("op-2"), OperationTracker: done, PoolSaturation: func() float64 { return saturation.Load().(float64) }}),
 			})
 			require.NoError(t, err)
 			defer sv.Stop()
@@ -478,26 +486,24 @@ func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	s := memory.New(nil)
 	for field, cfg := range map[string]cleanup.Config{
-		"Interval":            {Interval: -1},
-		"MinStepSuccessRate":  {MinStepSuccessRate: 1.5},
-		"StepRateWindow":      {StepRateWindow: -1},
-		"MaxRecoveryAttempts": {MaxRecoveryAttempts: -1},
-		"LeaseTTL":            {LeaseTTL: -1},
-		"BatchSize":           {BatchSize: store.MaxListLimit + 1},
-		"ScanLimit":           {ScanLimit: -1},
-		"CascadeThreshold":    {CascadeThreshold: -1},
-		"CascadeBatch":        {CascadeBatch: -1},
-		"CascadeDelay":        {CascadeDelay: -1},
-		"CascadeTTLFactor":    {CascadeTTLFactor: 0.5},
-		"HookTimeout":         {HookTimeout: -1},
-		"HookConcurrency":     {HookConcurrency: -1},
-		"HookQueue":           {HookQueue: -1},
-		"HookGrace":           {HookGrace: -1},
-		"MaxBackoff":          {MaxBackoff: -1},
-		"QueryTimeout":        {QueryTimeout: -1},
-		"Owner":               {Owner: "a\x00b"},
+		"Interval":          {Interval: -1},
+		"LeaseTTL":          {LeaseTTL: -1},
+		"BatchSize":         {BatchSize: store.MaxListLimit + 1},
+		"ScanLimit":         {ScanLimit: -1},
+		"Cascade.Threshold": {Cascade: &cleanup.CascadeConfig{Threshold: -1}},
+		"Cascade.Batch":     {Cascade: &cleanup.CascadeConfig{Batch: -1}},
+		"Cascade.Delay":     {Cascade: &cleanup.CascadeConfig{Delay: -1}},
+		"Cascade.TTLFactor": {Cascade: &cleanup.CascadeConfig{TTLFactor: 0.5}},
+		"Hooks.Timeout":     {Hooks: &cleanup.HooksConfig{Timeout: -1}},
+		"Hooks.Concurrency": {Hooks: &cleanup.HooksConfig{Concurrency: -1}},
+		"Hooks.Queue":       {Hooks: &cleanup.HooksConfig{Queue: -1}},
+		"Hooks.Grace":       {Hooks: &cleanup.HooksConfig{Grace: -1}},
+		"Hooks.Poll":        {Hooks: &cleanup.HooksConfig{Poll: -1}},
+		"MaxBackoff":        {MaxBackoff: -1},
+		"QueryTimeout":      {QueryTimeout: -1},
 	} {
 		_, err := cleanup.New(s, &cfg)
+		require.ErrorIs(t, err, store.ErrInvalidArgument, field)
 		require.ErrorContains(t, err, "Config."+field)
 	}
 }

@@ -20,8 +20,8 @@ import (
 
 // cycleDeadline bounds the cycle FuzzNewConfig runs with an accepted
 // config: it resolves three expired leases on the memory backend, which
-// takes microseconds, plus, in cascade mode, a CascadeDelay after each
-// CascadeBatch of them; a cycle still running after this long is stuck
+// takes microseconds, plus, in cascade mode, a Cascade.Delay after each
+// Cascade.Batch of them; a cycle still running after this long is stuck
 // unless those pauses take that long.
 const cycleDeadline = 10 * time.Second
 
@@ -67,7 +67,7 @@ func FuzzNewConfig(f *testing.F) {
 			maxBackoff: int64(cleanup.MaxInterval), queryTimeout: maxInt64, scan: math.MaxInt, attempts: math.MaxInt, threshold: math.MaxInt},
 		{maxBackoff: int64(cleanup.MaxInterval) + 1}, {maxBackoff: maxInt64}, {moveTxTimeout: -1},
 		{moveTxTimeout: int64(cleanup.MaxInterval)}, {moveTxTimeout: int64(cleanup.MaxInterval) + 1},
-		// A durable hook's claim, HookTimeout plus QueryTimeout, must fit
+		// A durable hook's claim, Hooks.Timeout plus QueryTimeout, must fit
 		// in store.MaxHookClaim.
 		{durable: true}, {durable: true, hookTimeout: int64(store.MaxHookClaim - cleanup.DefaultQueryTimeout)},
 		{durable: true, hookTimeout: int64(store.MaxHookClaim-cleanup.DefaultQueryTimeout) + 1},
@@ -88,22 +88,40 @@ func FuzzNewConfig(f *testing.F) {
 		var clock atomic.Int64 // the store's clock, as an offset from t0
 		s := memory.New(&memory.Config{Now: func() time.Time { return t0.Add(time.Duration(clock.Load())) }})
 		var hooks, durableRuns atomic.Int32
-		cfg := cleanup.Config{
-			Interval: time.Duration(interval), MinStepSuccessRate: minRate, StepRateWindow: window,
-			MaxRecoveryAttempts: attempts, LeaseTTL: time.Duration(leaseTTL), BatchSize: batch, ScanLimit: scan,
-			CascadeThreshold: threshold, CascadeBatch: cascadeBatch, CascadeDelay: time.Duration(cascadeDelay),
-			CascadeTTLFactor: factor, HookTimeout: time.Duration(hookTimeout), HookConcurrency: hookConcurrency,
-			HookQueue: hookQueue, HookGrace: time.Duration(hookGrace), MaxBackoff: time.Duration(maxBackoff),
-			QueryTimeout: time.Duration(queryTimeout), Owner: owner, MoveTxTimeout: time.Duration(moveTxTimeout),
+		// The recovery pipeline's part of the config is recovery.New's to
+		// check.
+		rcfg := recovery.Config{
+			MinStepSuccessRate: minRate, StepRateWindow: window, MaxAttempts: attempts, Owner: owner,
 			// The operation "op-2" completed: the Retry step moves its
 			// result to a new number.
 			OperationTracker: recovery.OperationTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 				return []byte("result"), e.OperationID == "op-2", nil
 			}),
-			Hooks: []cleanup.HookFunc{func(context.Context, store.Entry) error { hooks.Add(1); return nil }},
+		}
+		pipeline, err := recovery.New(s, &rcfg)
+		if err != nil {
+			configtest.RequireBlame(t, err, &rcfg, func() error { _, err := recovery.New(s, &rcfg); return err })
+			return
+		}
+		if !(rcfg.MinStepSuccessRate >= 0 && rcfg.MinStepSuccessRate <= 1) || // NaN is not in 0..1
+			rcfg.StepRateWindow < 0 || rcfg.StepRateWindow > recovery.MaxRateWindow || rcfg.MaxAttempts < 0 {
+			t.Fatalf("recovery.New accepted %+v", rcfg)
+		}
+		cfg := cleanup.Config{
+			Interval: time.Duration(interval), Pipeline: pipeline, LeaseTTL: time.Duration(leaseTTL), BatchSize: batch,
+			ScanLimit: scan, MaxBackoff: time.Duration(maxBackoff), QueryTimeout: time.Duration(queryTimeout),
+			MoveTxTimeout: time.Duration(moveTxTimeout),
+			Cascade: &cleanup.CascadeConfig{
+				Threshold: threshold, Batch: cascadeBatch, Delay: time.Duration(cascadeDelay), TTLFactor: factor,
+			},
+			Hooks: &cleanup.HooksConfig{
+				BestEffort: []cleanup.HookFunc{func(context.Context, store.Entry) error { hooks.Add(1); return nil }},
+				Timeout:    time.Duration(hookTimeout), Concurrency: hookConcurrency, Queue: hookQueue,
+				Grace: time.Duration(hookGrace),
+			},
 		}
 		if durable {
-			cfg.DurableHook = func(context.Context, store.Entry) error { durableRuns.Add(1); return nil }
+			cfg.Hooks.Durable = func(context.Context, store.Entry) error { durableRuns.Add(1); return nil }
 		}
 		sv, err := cleanup.New(s, &cfg)
 		if err != nil {
@@ -111,23 +129,23 @@ func FuzzNewConfig(f *testing.F) {
 			return
 		}
 		defer sv.Stop()
+		cc, hc := cfg.Cascade, cfg.Hooks
 		// The documented ranges.
 		switch {
 		case cfg.Interval < 0 || cfg.Interval > cleanup.MaxInterval,
-			!(cfg.MinStepSuccessRate >= 0 && cfg.MinStepSuccessRate <= 1), // NaN is not in 0..1
-			cfg.StepRateWindow < 0, cfg.MaxRecoveryAttempts < 0, cfg.LeaseTTL < 0, cfg.LeaseTTL > lease.DefaultMaxTTL,
-			cfg.BatchSize < 0, cfg.BatchSize > store.MaxListLimit, cfg.ScanLimit < 0, cfg.CascadeThreshold < 0,
-			cfg.CascadeBatch < 0, cfg.CascadeBatch > store.MaxBatch, cfg.CascadeDelay < 0,
+			cfg.LeaseTTL < 0, cfg.LeaseTTL > lease.DefaultMaxTTL,
+			cfg.BatchSize < 0, cfg.BatchSize > store.MaxListLimit, cfg.ScanLimit < 0, cc.Threshold < 0,
+			cc.Batch < 0, cc.Batch > store.MaxBatch, cc.Delay < 0,
 			// A pause between cascade batches longer than the longest
 			// interval between cycles stalls recovery for longer than any
 			// Interval may (as Interval was bounded after it overflowed).
-			cfg.CascadeDelay > cleanup.MaxInterval,
-			cfg.CascadeTTLFactor != 0 && !(cfg.CascadeTTLFactor >= 1 && cfg.CascadeTTLFactor <= cleanup.MaxCascadeTTLFactor),
-			cfg.HookTimeout < 0, cfg.HookConcurrency < 0, cfg.HookQueue < 0, cfg.HookGrace < 0, cfg.MaxBackoff < 0,
+			cc.Delay > cleanup.MaxInterval,
+			cc.TTLFactor != 0 && !(cc.TTLFactor >= 1 && cc.TTLFactor <= cleanup.MaxCascadeTTLFactor),
+			hc.Timeout < 0, hc.Concurrency < 0, hc.Queue < 0, hc.Grace < 0, cfg.MaxBackoff < 0,
 			cfg.MaxBackoff > cleanup.MaxInterval, cfg.QueryTimeout < 0, cfg.MoveTxTimeout < 0, cfg.MoveTxTimeout > cleanup.MaxInterval,
 			// A claim longer than store.MaxHookClaim is refused: no durable
 			// hook would ever run.
-			durable && cmp.Or(cfg.HookTimeout, cleanup.DefaultHookTimeout) > store.MaxHookClaim-cmp.Or(cfg.QueryTimeout, cleanup.DefaultQueryTimeout):
+			durable && cmp.Or(hc.Timeout, cleanup.DefaultHookTimeout) > store.MaxHookClaim-cmp.Or(cfg.QueryTimeout, cleanup.DefaultQueryTimeout):
 			t.Fatalf("New accepted %+v", cfg)
 		}
 
@@ -143,7 +161,7 @@ func FuzzNewConfig(f *testing.F) {
 		defer cancel()
 		res, err := runOnce(cctx, sv)
 		switch {
-		case cctx.Err() != nil && 3*cfg.CascadeDelay >= cycleDeadline/2:
+		case cctx.Err() != nil && 3*cc.Delay >= cycleDeadline/2:
 			return // in cascade mode, the cycle pauses as asked after each batch
 		case cctx.Err() != nil:
 			t.Fatalf("New accepted %+v, but a cycle resolving 3 expired leases was still running after %v", cfg, cycleDeadline)
@@ -184,9 +202,9 @@ func FuzzNewConfig(f *testing.F) {
 		if err := sv.Start(ctx); err != nil {
 			t.Fatalf("New accepted %+v, but Start fails: %v", cfg, err)
 		}
-		sv.Stop() // waits for the hooks, up to HookGrace, then drops the rest
+		sv.Stop() // waits for the hooks, up to Hooks.Grace, then drops the rest
 		n := hooks.Load()
-		roomy := (cfg.HookQueue == 0 || cfg.HookQueue >= 3) && (cfg.HookGrace == 0 || cfg.HookGrace >= time.Second)
+		roomy := (hc.Queue == 0 || hc.Queue >= 3) && (hc.Grace == 0 || hc.Grace >= time.Second)
 		if n > 3 || roomy && n != 3 {
 			t.Fatalf("New accepted %+v: %d hook runs for 3 expired leases", cfg, n)
 		}

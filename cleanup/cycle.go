@@ -119,9 +119,7 @@ func (c *cycle) scanStream(ctx context.Context, only string) error {
 		if !c.cascade && c.res.Expired > sv.cascade.threshold {
 			c.enterCascade()
 		}
-		level := sv.probe.Level(ctx, recovery.Signals{
-			Backlog: c.res.Expired, PoolSaturation: sv.saturation(), CycleLatency: sv.lastLatency,
-		})
+		level := sv.pipeline.Level(ctx, recovery.Signals{Backlog: c.res.Expired, CycleLatency: sv.lastLatency})
 		for i := 0; i < len(window); {
 			j := i + 1
 			for j < len(window) && window[j].Stream == window[i].Stream {
@@ -316,7 +314,7 @@ func (c *cycle) leaveCascade(ctx context.Context, err error) {
 	}
 }
 
-// pace pauses CascadeDelay after every CascadeBatch resolutions written in
+// pace pauses Cascade.Delay after every Cascade.Batch resolutions written in
 // cascade mode; false when ctx ended meanwhile.
 func (c *cycle) pace(ctx context.Context, n int) bool {
 	if !c.cascade {

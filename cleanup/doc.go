@@ -9,23 +9,32 @@
 //	     v                                                                                  │
 //	ListExpired (database clock; pages of BatchSize, up to ScanLimit held at once)          │
 //	     │                                                                                  │
-//	     ├─ LoadProbe(backlog of the scan, pool saturation, last cycle's latency) ─> level  │
-//	     ├─ more than CascadeThreshold? ─> cascade mode (below)                             │
+//	     ├─ Pipeline.Level(backlog of the scan, pool saturation, last cycle) ─> level       │
+//	     ├─ more than Cascade.Threshold? ─> cascade mode (below)                            │
 //	     v                                                                                  │
 //	per stream: lead it (Elector; default: named lease seqlease/cleanup/<stream>)           │
 //	     │   another cleaner leads it ─> skip: it cleans the stream                         │
 //	     v                                                                                  │
 //	Snapshot of the stream's leased numbers; per expired entry, in number order:            │
 //	     ├─ an earlier number still leased, not expired? ─> stop: the rest waits for it ────┤
-//	     ├─ Selector(level, kind) ─> steps ─> plan (trackers) ─> batch of writes            │
+//	     ├─ Pipeline.Select(level, kind) ─> steps ─> plan (trackers) ─> batch of writes     │
 //	     │      gaps: ResolveExpiredBatch; moves: RecoverExpiredBatch (one transaction)     │
-//	     │      MoveTx runs in the moves' transaction; both write DurableHook records       │
+//	     │      MoveTx runs in the moves' transaction; both write durable hook records      │
 //	     ├─ a step failed? ─> stop the stream: the entry stays expired (its work is kept);  │
-//	     │      retried next cycle; only MaxRecoveryAttempts, if set, makes it a gap        │
-//	     └─ resolved by this cleaner ─> hooks (queued, HookConcurrency at a time)           │
+//	     │      retried next cycle; only the pipeline's MaxAttempts, if set, makes it a gap │
+//	     └─ resolved by this cleaner ─> hooks (queued, Hooks.Concurrency at a time)         │
 //	                                                                                        │
 //	a stream that waits behind a live lease is walked again when that lease ────────────────┘
 //	resolves (Config.Barrier) or expires (a timer at its expiry by the database clock)
+//
+// # Configuration
+//
+// The loop itself is configured by Config; what becomes of each expired
+// lease is the recovery Pipeline's business (Config.Pipeline, built by
+// recovery.New: the steps by load and kind, the trackers they ask, the
+// attempt limit). Without one, every expired lease becomes a gap. Two
+// optional sub-configs gather the rest: Config.Cascade (CascadeConfig,
+// below) and Config.Hooks (HooksConfig, below).
 //
 // # Order
 //
@@ -77,8 +86,9 @@
 // A failing entry is never given up by default: its stream waits until the
 // recovery succeeds, its watermark lag grows, and every failure is logged
 // and reported (Observer.Handled, StepObserver: the metrics' failure
-// results and RecoveryFailureRate alert). With MaxRecoveryAttempts set, the
-// MaxRecoveryAttempts-th failure in a row declares the entry a gap with
+// results and RecoveryFailureRate alert). With an attempt limit set
+// (recovery.Config.MaxAttempts), the MaxAttempts-th failure in a row
+// declares the entry a gap with
 // reason recovery.ReasonRecoveryFailed instead: the stream goes on, and the
 // work is lost. A write whose reply was lost is read back: a move that
 // committed is reported as the move it was. A cancelled context ends the
@@ -87,17 +97,17 @@
 // # Cascade mode
 //
 // A mass expiry (a node died holding thousands of leases, a database pause)
-// finds more expired leases in one scan than CascadeThreshold. The cycle then
-// writes at most CascadeBatch resolutions per statement and pauses
-// CascadeDelay after each CascadeBatch of them, so that recovery does not
+// finds more expired leases in one scan than Cascade.Threshold. The cycle
+// then writes at most Cascade.Batch resolutions per statement and pauses
+// Cascade.Delay after each Cascade.Batch of them, so that recovery does not
 // crowd the live workers off the database, and it raises the Leaser's
-// default lease duration by CascadeTTLFactor (capped at the Leaser's
+// default lease duration by Cascade.TTLFactor (capped at the Leaser's
 // maximum), so that leases granted during the overload do not expire in it
 // too. The mode ends, and the boost with it, when the cycle ends, whatever
 // ends it (the backlog drained, a failure, Stop); entering and leaving are
 // logged and reported (Observer.Cascade).
 //
-// The boost is process-local: it changes the default TTL of Config.Booster,
+// The boost is process-local: it changes the default TTL of Cascade.Booster,
 // the Leaser of this process, and no other. Another process's Leaser is
 // boosted only while that process's own cleanup loop is in cascade mode
 // (every loop lists the whole backlog, so each enters the mode on it, but
@@ -107,20 +117,20 @@
 //
 // # Hooks
 //
-// Config.Hooks release what an expired operation held. They run once per
-// expired entry, after this Service resolved it (not for entries resolved
-// by someone else, nor for entries left expired), from a queue of at most
-// HookQueue hooks served by at most HookConcurrency goroutines, each bounded
-// by HookTimeout; a failure is logged and reported and never delays a
-// resolution. Stop lets the queued and running hooks finish for up to
-// HookGrace, then cancels those still running and drops those still
-// queued. A hook dropped (the queue full, the grace period over) is logged
-// and reported with ErrHookDropped. Hooks are best effort: a crash between
-// a resolution and its hooks skips them.
+// Hooks (HooksConfig.BestEffort) release what an expired operation held.
+// They run once per expired entry, after this Service resolved it (not for
+// entries resolved by someone else, nor for entries left expired), from a
+// queue of at most Hooks.Queue hooks served by at most Hooks.Concurrency
+// goroutines, each bounded by Hooks.Timeout; a failure is logged and
+// reported and never delays a resolution. Stop lets the queued and running
+// hooks finish for up to Hooks.Grace, then cancels those still running and
+// drops those still queued. A hook dropped (the queue full, the grace period
+// over) is logged and reported with ErrHookDropped. Hooks are best effort: a
+// crash between a resolution and its hooks skips them.
 //
 // # Durable hooks
 //
-// Config.DurableHook is a hook that survives a crash: delivered at least
+// HooksConfig.Durable is a hook that survives a crash: delivered at least
 // once. The statement that resolves an entry (a gap or a move, batched or
 // not) also records a pending hook for it (store.HookQueue; on PostgreSQL
 // a row of pending_hooks), so the record commits with the resolution. A
@@ -134,12 +144,12 @@
 //	                                             deleted <── returned nil
 //
 // A record a crashed process left is delivered by any Service with a
-// DurableHook on the store once its claim (HookTimeout + QueryTimeout)
+// durable hook on the store once its claim (Hooks.Timeout + QueryTimeout)
 // lapses; a hook may thus run more than once, so it must be idempotent,
 // keyed by stream and number. Entries a custom step resolved with its own
 // write get their record right after the step, in a write of its own
 // (store.HookQueue.AddHooks). PendingHooks counts the records (a
-// HookStatsObserver is told at most once per HookPoll by the loop, and
+// HookStatsObserver is told at most once per Hooks.Poll by the loop, and
 // after each DeliverHooks), DeliverHooks delivers the
 // due ones in the caller's goroutine. In memory the records live as long
 // as the store.
@@ -153,9 +163,9 @@
 // sequence.CommitTx is, so that this package does not depend on the
 // driver; New refuses one the store cannot run. If it fails, the batch
 // rolls back and its entries stay expired: a failed recovery of the first
-// of them (MaxRecoveryAttempts applies). The transaction, the function
-// included, has its own bound, Config.MoveTxTimeout (default QueryTimeout):
-// a batch that outlives it fails the same way. A custom step that calls
+// of them (the pipeline's attempt limit applies). The transaction, the
+// function included, has its own bound, Config.MoveTxTimeout (default
+// QueryTimeout): a batch that outlives it fails the same way. A custom step that calls
 // RecoverExpired itself moves in its own transaction, without MoveTx.
 //
 // # Observing
@@ -166,8 +176,8 @@
 // implements Tracer follows each cycle and each recovery with the context
 // it runs under (spans), and one that implements lease.Observer is told
 // what the default elector's stream leases do (kind "cleanup"). The metrics
-// package's CleanupObserver implements all four. Config.MinStepSuccessRate
-// feeds a recovery.RateFilter from the same reports.
+// package's CleanupObserver implements all four. The pipeline's rate
+// filter (recovery.Config.MinStepSuccessRate) is fed from the same reports.
 //
 // # Lifecycle
 //

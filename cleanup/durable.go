@@ -12,7 +12,7 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// DefaultHookPoll is the default of Config.HookPoll.
+// DefaultHookPoll is the default of HooksConfig.Poll.
 const DefaultHookPoll = 5 * time.Second
 
 // minHookRetry is the pause after a durable hook's first failure; each
@@ -21,14 +21,14 @@ const minHookRetry = time.Second
 
 // HookStatsObserver is an Observer that is also told how many durable
 // hooks are pending (the metrics package's CleanupObserver exports it as a
-// gauge): after the delivery loop's rounds, at most once per HookPoll (the
+// gauge): after the delivery loop's rounds, at most once per HooksConfig.Poll (the
 // count reads every record of every process), and after every
 // DeliverHooks. Its method must not block.
 type HookStatsObserver interface {
 	PendingHooks(st store.HookStats)
 }
 
-// deliverer delivers the durable hook (Config.DurableHook) of every record
+// deliverer delivers the durable hook (HooksConfig.Durable) of every record
 // of the store's HookQueue, at least once: it claims due records, runs the
 // hook on each, at most limit at a time, and deletes a record only once its
 // hook returned nil; a failure makes the record due again after a backoff.
@@ -61,13 +61,13 @@ type deliverer struct {
 	reported time.Time // when the loop last reported; while holding turn
 }
 
-func newDeliverer(q store.HookQueue, sv *Service, cfg *Config) *deliverer {
+func newDeliverer(q store.HookQueue, sv *Service, hc *HooksConfig) *deliverer {
 	d := &deliverer{
-		q: q, hook: cfg.DurableHook,
+		q: q, hook: hc.Durable,
 		timeout:  sv.hooks.timeout,
 		limit:    sv.hooks.limit,
 		grace:    sv.hooks.grace,
-		poll:     max(cfg.HookPoll, 0),
+		poll:     max(hc.Poll, 0),
 		maxPause: sv.maxBackoff,
 		qTimeout: sv.qTimeout,
 		logger:   sv.logger,
@@ -234,18 +234,18 @@ func (d *deliverer) report(loop bool) {
 }
 
 // ErrNoDurableHook is returned by DeliverHooks and PendingHooks of a
-// Service without Config.DurableHook.
+// Service without a durable hook (HooksConfig.Durable).
 var ErrNoDurableHook = errors.New("cleanup: no durable hook configured")
 
 // DeliverHooks delivers the durable hooks that are due, in the caller's
 // goroutine, until none is: for tests and operator tools (the running loop
 // does the same in the background). The hooks run under ctx (and
-// HookTimeout), also on a stopped Service. It returns how many hooks ran
+// HooksConfig.Timeout), also on a stopped Service. It returns how many hooks ran
 // without error.
 //
 // One round runs at a time: DeliverHooks waits (until ctx ends) for a
 // round of the loop, and the loop for a DeliverHooks, whose hooks are
-// cancelled only by ctx and HookTimeout, not by Stop. A round waits for
+// cancelled only by ctx and HooksConfig.Timeout, not by Stop. A round waits for
 // each of its hooks to return, so a hook that ignores its context blocks
 // DeliverHooks until it returns (and holds the loop's deliveries back
 // meanwhile); Stop does not wait for it.

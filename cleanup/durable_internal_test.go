@@ -18,7 +18,7 @@ import (
 func TestRetryPauseFitsRetryHook(t *testing.T) {
 	t.Parallel()
 	hook := func(context.Context, store.Entry) error { return nil }
-	sv, err := New(memory.New(nil), &Config{DurableHook: hook, MaxBackoff: MaxInterval})
+	sv, err := New(memory.New(nil), &Config{MaxBackoff: MaxInterval, Hooks: &HooksConfig{Durable: hook}})
 	require.NoError(t, err)
 	defer sv.Stop()
 	var longest time.Duration
@@ -41,13 +41,13 @@ func (c *statsCounter) HookFailed(store.Entry, error)                          {
 func (c *statsCounter) PendingHooks(store.HookStats)                           { c.n.Add(1) }
 
 // TestLoopReportsOncePerPoll: the delivery loop's rounds count the pending
-// hooks (a count(*) on PostgreSQL) at most once per HookPoll, however often
+// hooks (a count(*) on PostgreSQL) at most once per Hooks.Poll, however often
 // resolutions kick them; DeliverHooks counts after every call.
 func TestLoopReportsOncePerPoll(t *testing.T) {
 	t.Parallel()
 	hook := func(context.Context, store.Entry) error { return nil }
 	c := &statsCounter{}
-	sv, err := New(memory.New(nil), &Config{DurableHook: hook, HookPoll: time.Hour, Observer: c})
+	sv, err := New(memory.New(nil), &Config{Observer: c, Hooks: &HooksConfig{Durable: hook, Poll: time.Hour}})
 	require.NoError(t, err)
 	defer sv.Stop()
 	ctx := t.Context()
@@ -55,7 +55,7 @@ func TestLoopReportsOncePerPoll(t *testing.T) {
 		_, err := sv.durable.deliver(ctx, true)
 		require.NoError(t, err)
 	}
-	require.Equal(t, int32(1), c.n.Load(), "the loop's first round reports, the next ones within HookPoll do not")
+	require.Equal(t, int32(1), c.n.Load(), "the loop's first round reports, the next ones within Hooks.Poll do not")
 	for range 2 {
 		_, err := sv.DeliverHooks(ctx)
 		require.NoError(t, err)
@@ -64,5 +64,5 @@ func TestLoopReportsOncePerPoll(t *testing.T) {
 	sv.durable.reported = time.Now().Add(-time.Hour) // a poll period passed
 	_, err = sv.durable.deliver(ctx, true)
 	require.NoError(t, err)
-	require.Equal(t, int32(4), c.n.Load(), "the loop reports again after HookPoll")
+	require.Equal(t, int32(4), c.n.Load(), "the loop reports again after Hooks.Poll")
 }

@@ -43,14 +43,16 @@ func TestDurableHookProcess(t *testing.T) {
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
 	sv, err := cleanup.New(s, &cleanup.Config{
-		Interval: time.Hour, WorkTracker: oddWork, HookTimeout: time.Second, QueryTimeout: time.Second,
-		DurableHook: func(ctx context.Context, e store.Entry) error {
+		Interval:     time.Hour,
+		QueryTimeout: time.Second,
+		Pipeline:     newPipeline(t, s, &recovery.Config{WorkTracker: oddWork}),
+		Hooks: &cleanup.HooksConfig{Timeout: time.Second, Durable: func(ctx context.Context, e store.Entry) error {
 			if _, err := pool.Exec(ctx, "INSERT INTO "+startedTable(schema)+" VALUES ($1)", e.Number); err != nil {
 				return err
 			}
 			time.Sleep(2 * time.Minute) // hangs, ignoring ctx: the parent kills the process long before
 			return nil
-		},
+		}},
 	})
 	require.NoError(t, err)
 	require.NoError(t, sv.Start(ctx))
@@ -111,8 +113,11 @@ func TestDurableHooksSurviveKill(t *testing.T) {
 	}
 
 	d := newDeliveries(nil)
-	sv, err := cleanup.New(s, &cleanup.Config{Interval: time.Hour, WorkTracker: oddWork, DurableHook: d.hook, HookPoll: 50 * time.Millisecond,
-		Probe: recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level { return recovery.Low })})
+	sv, err := cleanup.New(s, &cleanup.Config{
+		Interval: time.Hour,
+		Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: oddWork, Probe: recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level { return recovery.Low })}),
+		Hooks:    &cleanup.HooksConfig{Durable: d.hook, Poll: 50 * time.Millisecond},
+	})
 	require.NoError(t, err)
 	require.NoError(t, sv.Start(ctx))
 	d.await(t, 1, 2, 3, 4)

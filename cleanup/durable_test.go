@@ -80,7 +80,7 @@ func TestDurableHooksSurviveTheResolver(t *testing.T) {
 			ctx := t.Context()
 			leaseExpired(t, s, "crash", 5)
 			first := newDeliveries(nil)
-			a, err := cleanup.New(s, &cleanup.Config{WorkTracker: oddWork, DurableHook: first.hook})
+			a, err := cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: oddWork}), Hooks: &cleanup.HooksConfig{Durable: first.hook}})
 			require.NoError(t, err)
 			res, err := a.RunOnce(ctx)
 			require.NoError(t, err)
@@ -94,8 +94,12 @@ func TestDurableHooksSurviveTheResolver(t *testing.T) {
 
 			second := newDeliveries(map[int64]int{2: 1}) // 2 fails once
 			rec := &recorder{}
-			b, err := cleanup.New(s, &cleanup.Config{Interval: time.Hour, DurableHook: second.hook, HookPoll: 20 * time.Millisecond,
-				MaxBackoff: time.Second, Observer: rec})
+			b, err := cleanup.New(s, &cleanup.Config{
+				Interval:   time.Hour,
+				MaxBackoff: time.Second,
+				Observer:   rec,
+				Hooks:      &cleanup.HooksConfig{Durable: second.hook, Poll: 20 * time.Millisecond},
+			})
 			require.NoError(t, err)
 			require.NoError(t, b.Start(ctx))
 			second.await(t, 1, 2, 3, 4, 5)
@@ -130,7 +134,7 @@ func TestDurableHooksOfCustomSteps(t *testing.T) {
 			})
 			sel := recovery.SelectorFunc(func(recovery.Level, string) recovery.Steps { return recovery.Steps{custom} })
 			d := newDeliveries(nil)
-			sv, err := cleanup.New(s, &cleanup.Config{Selector: sel, DurableHook: d.hook})
+			sv, err := cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{Selector: sel}), Hooks: &cleanup.HooksConfig{Durable: d.hook}})
 			require.NoError(t, err)
 			defer sv.Stop()
 			res, err := sv.RunOnce(ctx)
@@ -148,7 +152,7 @@ func TestDurableHooksOfCustomSteps(t *testing.T) {
 }
 
 // TestDurableHookStopCancelsAfterGrace: Stop lets a running durable hook
-// finish for HookGrace, then cancels it; its record stays for a later
+// finish for Hooks.Grace, then cancels it; its record stays for a later
 // delivery, and Stop returned only after the hook did.
 func TestDurableHookStopCancelsAfterGrace(t *testing.T) {
 	t.Parallel()
@@ -170,7 +174,7 @@ func TestDurableHookStopCancelsAfterGrace(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	sv, err := cleanup.New(s, &cleanup.Config{DurableHook: hook, HookGrace: time.Millisecond})
+	sv, err := cleanup.New(s, &cleanup.Config{Hooks: &cleanup.HooksConfig{Durable: hook, Grace: time.Millisecond}})
 	require.NoError(t, err)
 	require.NoError(t, sv.Start(ctx))
 	<-started
@@ -184,18 +188,18 @@ func TestDurableHookStopCancelsAfterGrace(t *testing.T) {
 	require.NoError(t, err, "a stopped Service still delivers on request")
 }
 
-// TestDurableHookNeedsAHookQueue: New refuses DurableHook on a store that
+// TestDurableHookNeedsAHookQueue: New refuses a durable hook on a store that
 // keeps no hook records, naming the field; a Service without one has no
 // pending hooks to tell of.
 func TestDurableHookNeedsAHookQueue(t *testing.T) {
 	t.Parallel()
 	type plain struct{ cleanup.Store } // hides the memory store's HookQueue
 	hook := func(context.Context, store.Entry) error { return nil }
-	_, err := cleanup.New(plain{memory.New(nil)}, &cleanup.Config{DurableHook: hook})
+	_, err := cleanup.New(plain{memory.New(nil)}, &cleanup.Config{Hooks: &cleanup.HooksConfig{Durable: hook}})
 	require.ErrorIs(t, err, store.ErrUnsupported)
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
-	require.ErrorContains(t, err, "Config.DurableHook")
-	_, err = cleanup.New(memory.New(nil), &cleanup.Config{DurableHook: hook, HookPoll: -1})
+	require.ErrorContains(t, err, "Config.Hooks.Durable")
+	_, err = cleanup.New(memory.New(nil), &cleanup.Config{Hooks: &cleanup.HooksConfig{Durable: hook, Poll: -1}})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	sv, err := cleanup.New(memory.New(nil), nil)
 	require.NoError(t, err)
@@ -215,7 +219,7 @@ func TestDurableHookStartStopStress(t *testing.T) {
 	leaseExpired(t, s, "stress", 20)
 	hook := func(ctx context.Context, e store.Entry) error { return nil }
 	for range 20 {
-		sv, err := cleanup.New(s, &cleanup.Config{DurableHook: hook, HookPoll: time.Millisecond})
+		sv, err := cleanup.New(s, &cleanup.Config{Hooks: &cleanup.HooksConfig{Durable: hook, Poll: time.Millisecond}})
 		require.NoError(t, err)
 		require.NoError(t, sv.Start(ctx))
 		sv.Stop()
@@ -224,8 +228,8 @@ func TestDurableHookStartStopStress(t *testing.T) {
 	}
 }
 
-// TestDurableHookClaimBounds: New refuses, naming the field, a DurableHook
-// whose claim (HookTimeout plus QueryTimeout) would pass
+// TestDurableHookClaimBounds: New refuses, naming the field, a durable hook
+// whose claim (Hooks.Timeout plus QueryTimeout) would pass
 // store.MaxHookClaim, which would make every claim fail and no hook run,
 // and a MaxBackoff above MaxInterval; the longest claim it accepts
 // delivers.
@@ -236,19 +240,22 @@ func TestDurableHookClaimBounds(t *testing.T) {
 		cfg   cleanup.Config
 		blame string
 	}{
-		{cleanup.Config{HookTimeout: store.MaxHookClaim}, "Config.HookTimeout"},
-		{cleanup.Config{HookTimeout: store.MaxHookClaim - cleanup.DefaultQueryTimeout + 1}, "Config.HookTimeout"},
-		{cleanup.Config{HookTimeout: time.Hour, QueryTimeout: store.MaxHookClaim - time.Hour + 1}, "Config.HookTimeout"},
+		{cleanup.Config{Hooks: &cleanup.HooksConfig{Timeout: store.MaxHookClaim}}, "Config.Hooks.Timeout"},
+		{cleanup.Config{Hooks: &cleanup.HooksConfig{Timeout: store.MaxHookClaim - cleanup.DefaultQueryTimeout + 1}}, "Config.Hooks.Timeout"},
+		{cleanup.Config{QueryTimeout: store.MaxHookClaim - time.Hour + 1, Hooks: &cleanup.HooksConfig{Timeout: time.Hour}}, "Config.Hooks.Timeout"},
 		{cleanup.Config{QueryTimeout: store.MaxHookClaim}, "Config.QueryTimeout"},
 		{cleanup.Config{MaxBackoff: cleanup.MaxInterval + 1}, "Config.MaxBackoff"},
 	} {
-		c.cfg.DurableHook = hook
+		if c.cfg.Hooks == nil {
+			c.cfg.Hooks = &cleanup.HooksConfig{}
+		}
+		c.cfg.Hooks.Durable = hook
 		_, err := cleanup.New(memory.New(nil), &c.cfg)
 		require.ErrorIs(t, err, store.ErrInvalidArgument, "%+v", c.cfg)
 		require.ErrorContains(t, err, c.blame)
 	}
-	// Without a DurableHook there is no claim: only MaxBackoff is bounded.
-	sv, err := cleanup.New(memory.New(nil), &cleanup.Config{HookTimeout: 48 * time.Hour, QueryTimeout: 48 * time.Hour})
+	// Without a durable hook there is no claim: only MaxBackoff is bounded.
+	sv, err := cleanup.New(memory.New(nil), &cleanup.Config{QueryTimeout: 48 * time.Hour, Hooks: &cleanup.HooksConfig{Timeout: 48 * time.Hour}})
 	require.NoError(t, err)
 	sv.Stop()
 	_, err = cleanup.New(memory.New(nil), &cleanup.Config{MaxBackoff: cleanup.MaxInterval + 1})
@@ -260,8 +267,10 @@ func TestDurableHookClaimBounds(t *testing.T) {
 			ctx := t.Context()
 			leaseExpired(t, s, "longclaim", 2)
 			d := newDeliveries(nil)
-			sv, err := cleanup.New(s, &cleanup.Config{DurableHook: d.hook, MaxBackoff: cleanup.MaxInterval,
-				HookTimeout: store.MaxHookClaim - cleanup.DefaultQueryTimeout})
+			sv, err := cleanup.New(s, &cleanup.Config{
+				MaxBackoff: cleanup.MaxInterval,
+				Hooks:      &cleanup.HooksConfig{Durable: d.hook, Timeout: store.MaxHookClaim - cleanup.DefaultQueryTimeout},
+			})
 			require.NoError(t, err)
 			defer sv.Stop()
 			_, err = sv.RunOnce(ctx)
@@ -289,8 +298,10 @@ func TestStopDoesNotWaitForDeliverHooks(t *testing.T) {
 		<-release      // ignores its context
 		return nil
 	}
-	sv, err := cleanup.New(s, &cleanup.Config{Interval: time.Hour, DurableHook: hook, HookPoll: time.Millisecond,
-		HookGrace: time.Millisecond})
+	sv, err := cleanup.New(s, &cleanup.Config{
+		Interval: time.Hour,
+		Hooks:    &cleanup.HooksConfig{Durable: hook, Poll: time.Millisecond, Grace: time.Millisecond},
+	})
 	require.NoError(t, err)
 	_, err = sv.RunOnce(ctx)
 	require.NoError(t, err)

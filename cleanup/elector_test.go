@@ -57,7 +57,7 @@ func TestDefaultElectorHoldsStreamLease(t *testing.T) {
 				}
 				return nil, false, nil
 			})
-			sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: work})
+			sv, err := cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: work})})
 			require.NoError(t, err)
 			defer sv.Stop()
 			leaseExpired(t, s, "led", 3)
@@ -101,7 +101,7 @@ func TestOneCleanerPerStream(t *testing.T) {
 			const services, streams, each = 3, 4, 30
 			svs := make([]*cleanup.Service, services)
 			for i := range svs {
-				sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: work, BatchSize: 1})
+				sv, err := cleanup.New(s, &cleanup.Config{BatchSize: 1, Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: work})})
 				require.NoError(t, err)
 				defer sv.Stop()
 				svs[i] = sv
@@ -163,7 +163,7 @@ func TestLostLeadStopsTheWalk(t *testing.T) {
 		}
 		return []byte("w"), true, nil
 	})
-	sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: work, Elector: lostElector{ctx}, BatchSize: 1})
+	sv, err := cleanup.New(s, &cleanup.Config{Elector: lostElector{ctx}, BatchSize: 1, Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: work})})
 	require.NoError(t, err)
 	defer sv.Stop()
 	leaseExpired(t, s, "lost", 4)
@@ -272,8 +272,11 @@ func TestStopReleaseBounded(t *testing.T) {
 		})
 		const timeout = time.Minute
 		sv, err := cleanup.New(s, &cleanup.Config{
-			Elector: downElector{cleanup.NewLocalElector()}, WorkTracker: work,
-			BatchSize: 2, ScanLimit: 2, QueryTimeout: timeout,
+			Elector:      downElector{cleanup.NewLocalElector()},
+			BatchSize:    2,
+			ScanLimit:    2,
+			QueryTimeout: timeout,
+			Pipeline:     newPipeline(t, s, &recovery.Config{WorkTracker: work}),
 		})
 		require.NoError(t, err)
 		for _, stream := range []string{"a", "b", "c"} {

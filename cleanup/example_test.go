@@ -35,12 +35,18 @@ func Example() {
 	// ... both workers crash; a minute passes.
 	clock = clock.Add(2 * time.Minute)
 
-	cl, err := cleanup.New(backend, &cleanup.Config{
+	// The recovery pipeline asks the application for the partial work;
+	// without one, every expired lease would become a gap.
+	pipeline, err := recovery.New(backend, &recovery.Config{
 		WorkTracker: recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 			w, ok := partial[e.OperationID]
 			return w, ok, nil
 		}),
 	})
+	if err != nil {
+		panic(err)
+	}
+	cl, err := cleanup.New(backend, &cleanup.Config{Pipeline: pipeline})
 	if err != nil {
 		panic(err)
 	}

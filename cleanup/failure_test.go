@@ -34,7 +34,7 @@ func TestStepErrorStopsTheStream(t *testing.T) {
 				return partialFor()(ctx, e)
 			})
 			rec := &recorder{}
-			sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: work, Observer: rec})
+			sv, err := cleanup.New(s, &cleanup.Config{Observer: rec, Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: work})})
 			require.NoError(t, err)
 			defer sv.Stop()
 			leaseExpired(t, s, "e", 3)
@@ -77,7 +77,7 @@ func TestRecoveryNeverGivenUp(t *testing.T) {
 		}
 		return partialFor()(ctx, e)
 	})
-	sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: work})
+	sv, err := cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: work})})
 	require.NoError(t, err)
 	defer sv.Stop()
 	leaseExpired(t, s, "n", 2)
@@ -97,8 +97,8 @@ func TestRecoveryNeverGivenUp(t *testing.T) {
 	require.Equal(t, []int64{3, 4}, []int64{es[0].RecoveredAs, es[1].RecoveredAs})
 }
 
-// TestMaxRecoveryAttempts: with MaxRecoveryAttempts set, a tracker that
-// always fails stalls its stream for MaxRecoveryAttempts cycles at most;
+// TestMaxRecoveryAttempts: with MaxAttempts set, a tracker that
+// always fails stalls its stream for MaxAttempts cycles at most;
 // then the entry becomes a gap that says its recovery failed, and the
 // stream goes on.
 func TestMaxRecoveryAttempts(t *testing.T) {
@@ -111,7 +111,7 @@ func TestMaxRecoveryAttempts(t *testing.T) {
 		return partialFor()(ctx, e)
 	})
 	rec := &recorder{}
-	sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: work, MaxRecoveryAttempts: 3, Observer: rec})
+	sv, err := cleanup.New(s, &cleanup.Config{Observer: rec, Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: work, MaxAttempts: 3})})
 	require.NoError(t, err)
 	defer sv.Stop()
 	leaseExpired(t, s, "m", 2)
@@ -253,13 +253,13 @@ func TestCrashSafety(t *testing.T) {
 					stream := fmt.Sprintf("crash-%d-%v", crashAt, after)
 					leaseExpired(t, s, stream, n)
 					cs := &crashingStore{backend: s, crashAt: crashAt, after: after}
-					sv, err := cleanup.New(cs, &cleanup.Config{WorkTracker: work, BatchSize: 2})
+					sv, err := cleanup.New(cs, &cleanup.Config{BatchSize: 2, Pipeline: newPipeline(t, cs, &recovery.Config{WorkTracker: work})})
 					require.NoError(t, err)
 					_, err = sv.RunOnce(context.Background())
 					require.ErrorIs(t, err, errCrashed, stream)
 					sv.Stop()
 					// The restart: a new Service on the store.
-					sv, err = cleanup.New(s, &cleanup.Config{WorkTracker: work, BatchSize: 2})
+					sv, err = cleanup.New(s, &cleanup.Config{BatchSize: 2, Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: work})})
 					require.NoError(t, err)
 					_, err = sv.RunOnce(context.Background())
 					require.NoError(t, err, stream)
@@ -272,8 +272,8 @@ func TestCrashSafety(t *testing.T) {
 			// and reported moved, in the same cycle.
 			leaseExpired(t, s, "lossy", n)
 			rec := &recorder{}
-			sv, err := cleanup.New(&crashingStore{backend: s, crashAt: 1, after: true, lossy: true},
-				&cleanup.Config{WorkTracker: work, BatchSize: 2, Observer: rec})
+			cs := &crashingStore{backend: s, crashAt: 1, after: true, lossy: true}
+			sv, err := cleanup.New(cs, &cleanup.Config{BatchSize: 2, Observer: rec, Pipeline: newPipeline(t, cs, &recovery.Config{WorkTracker: work})})
 			require.NoError(t, err)
 			defer sv.Stop()
 			res, err := sv.RunOnce(context.Background())
@@ -301,7 +301,8 @@ func TestStopDuringCascade(t *testing.T) {
 	leaseExpired(t, s, "x", 300)
 	rec, boost := &recorder{}, &booster{boosted: make(chan struct{}, 1)}
 	sv, err := cleanup.New(s, &cleanup.Config{
-		Observer: rec, Booster: boost, CascadeThreshold: 100, CascadeBatch: 100, CascadeDelay: time.Hour,
+		Observer: rec,
+		Cascade:  &cleanup.CascadeConfig{Booster: boost, Threshold: 100, Batch: 100, Delay: time.Hour},
 	})
 	require.NoError(t, err)
 	require.NoError(t, sv.Start(context.Background()))
@@ -333,7 +334,10 @@ func TestCascadeLeftOnListingError(t *testing.T) {
 	leaseExpired(t, s.backend, "y", 500)
 	rec, boost := &recorder{}, &booster{}
 	sv, err := cleanup.New(s, &cleanup.Config{
-		Observer: rec, Booster: boost, BatchSize: 100, ScanLimit: 200, CascadeThreshold: 100, CascadeDelay: time.Millisecond,
+		Observer:  rec,
+		BatchSize: 100,
+		ScanLimit: 200,
+		Cascade:   &cleanup.CascadeConfig{Booster: boost, Threshold: 100, Delay: time.Millisecond},
 	})
 	require.NoError(t, err)
 	defer sv.Stop()
@@ -362,7 +366,9 @@ func TestFailingStreamDelaysNoOther(t *testing.T) {
 		return nil, false, nil
 	})
 	sv, err := cleanup.New(s, &cleanup.Config{
-		Interval: 10 * time.Millisecond, MaxBackoff: time.Hour, WorkTracker: work,
+		Interval:   10 * time.Millisecond,
+		MaxBackoff: time.Hour,
+		Pipeline:   newPipeline(t, s, &recovery.Config{WorkTracker: work}),
 	})
 	require.NoError(t, err)
 	leaseExpired(t, s, "bad", 1)

@@ -12,8 +12,8 @@ import (
 )
 
 // ErrHookDropped is reported (Observer.HookFailed) for a hook that never
-// ran: the queue was full (Config.HookQueue), Stop's grace period
-// (Config.HookGrace) ended first, or the Service was stopped already.
+// ran: the queue was full (HooksConfig.Queue), Stop's grace period
+// (HooksConfig.Grace) ended first, or the Service was stopped already.
 var ErrHookDropped = errors.New("cleanup: hook dropped")
 
 // hookRunner runs the hooks of resolved entries on at most limit
@@ -86,7 +86,7 @@ func (r *hookRunner) add(ctx context.Context, e store.Entry) {
 		r.logger.Warn("cleanup: hook queue full; dropping the hooks of resolved entries until it drains",
 			slog.Int("hook_queue", r.capacity))
 	}
-	r.drop(dropped, e, fmt.Errorf("%w: the queue is full (HookQueue %d)", ErrHookDropped, r.capacity))
+	r.drop(dropped, e, fmt.Errorf("%w: the queue is full (Hooks.Queue %d)", ErrHookDropped, r.capacity))
 }
 
 // drop reports n hooks of e that will not run.
@@ -151,7 +151,7 @@ func (r *hookRunner) stop() {
 			slog.Duration("hook_grace", r.grace))
 	}
 	for _, t := range left {
-		r.drop(1, t.e, fmt.Errorf("%w: Stop's grace period (HookGrace %v) ended first", ErrHookDropped, r.grace))
+		r.drop(1, t.e, fmt.Errorf("%w: Stop's grace period (Hooks.Grace %v) ended first", ErrHookDropped, r.grace))
 	}
 }
 

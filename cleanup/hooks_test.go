@@ -64,7 +64,7 @@ func TestHooksOncePerResolvedEntry(t *testing.T) {
 		}), "c"), recovery.Gap(mem)}
 	})
 	rec := &recorder{}
-	sv, err := cleanup.New(s, &cleanup.Config{Selector: sel, Hooks: []cleanup.HookFunc{hook}, Observer: rec})
+	sv, err := cleanup.New(s, &cleanup.Config{Observer: rec, Pipeline: newPipeline(t, s, &recovery.Config{Selector: sel}), Hooks: &cleanup.HooksConfig{BestEffort: []cleanup.HookFunc{hook}}})
 	require.NoError(t, err)
 	res, err := sv.RunOnce(context.Background())
 	require.Error(t, err, "5's tracker failed")
@@ -78,7 +78,7 @@ func TestHooksOncePerResolvedEntry(t *testing.T) {
 	require.Empty(t, rec.hookErrs)
 }
 
-// TestHooksBounded: at most HookConcurrency hooks run at once, and all run.
+// TestHooksBounded: at most Hooks.Concurrency hooks run at once, and all run.
 func TestHooksBounded(t *testing.T) {
 	t.Parallel()
 	s := memory.New(nil)
@@ -98,7 +98,7 @@ func TestHooksBounded(t *testing.T) {
 		total.Add(1)
 		return nil
 	}
-	sv, err := cleanup.New(s, &cleanup.Config{Hooks: []cleanup.HookFunc{hook}, HookConcurrency: 2})
+	sv, err := cleanup.New(s, &cleanup.Config{Hooks: &cleanup.HooksConfig{BestEffort: []cleanup.HookFunc{hook}, Concurrency: 2}})
 	require.NoError(t, err)
 	_, err = sv.RunOnce(context.Background())
 	require.NoError(t, err)
@@ -109,7 +109,7 @@ func TestHooksBounded(t *testing.T) {
 	require.Equal(t, int64(2), most.Load())
 }
 
-// TestStopCancelsHooks: Stop cancels a hook that outlives HookGrace, and
+// TestStopCancelsHooks: Stop cancels a hook that outlives Hooks.Grace, and
 // waits for it; failures and timeouts are reported.
 func TestStopCancelsHooks(t *testing.T) {
 	t.Parallel()
@@ -119,17 +119,15 @@ func TestStopCancelsHooks(t *testing.T) {
 	rec := &recorder{}
 	var quick atomic.Bool
 	sv, err := cleanup.New(s, &cleanup.Config{
-		Observer:    rec,
-		HookTimeout: time.Hour,
-		HookGrace:   10 * time.Millisecond,
-		Hooks: []cleanup.HookFunc{
+		Observer: rec,
+		Hooks: &cleanup.HooksConfig{Timeout: time.Hour, Grace: 10 * time.Millisecond, BestEffort: []cleanup.HookFunc{
 			func(context.Context, store.Entry) error { quick.Store(true); return errors.New("temp file gone") },
 			func(ctx context.Context, _ store.Entry) error {
 				close(started)
 				<-ctx.Done()
 				return ctx.Err()
 			},
-		},
+		}},
 	})
 	require.NoError(t, err)
 	_, err = sv.RunOnce(context.Background())
@@ -140,12 +138,15 @@ func TestStopCancelsHooks(t *testing.T) {
 	require.Len(t, rec.hookErrs, 2)
 	require.True(t, slices.ContainsFunc(rec.hookErrs, func(err error) bool { return errors.Is(err, context.Canceled) }))
 
-	// A hook that outlives HookTimeout is cut off and reported.
+	// A hook that outlives Hooks.Timeout is cut off and reported.
 	leaseExpired(t, s, "d", 1)
 	rec = &recorder{}
-	sv, err = cleanup.New(s, &cleanup.Config{Observer: rec, HookTimeout: 10 * time.Millisecond, Hooks: []cleanup.HookFunc{
-		func(ctx context.Context, _ store.Entry) error { <-ctx.Done(); return ctx.Err() },
-	}})
+	sv, err = cleanup.New(s, &cleanup.Config{
+		Observer: rec,
+		Hooks: &cleanup.HooksConfig{Timeout: 10 * time.Millisecond, BestEffort: []cleanup.HookFunc{
+			func(ctx context.Context, _ store.Entry) error { <-ctx.Done(); return ctx.Err() },
+		}},
+	})
 	require.NoError(t, err)
 	_, err = sv.RunOnce(context.Background())
 	require.NoError(t, err)
@@ -159,7 +160,7 @@ func TestStopCancelsHooks(t *testing.T) {
 
 // TestStopDrainsQueuedHooks: Stop lets the hooks of entries already
 // resolved run, the queued ones too, before it returns; it cancels nothing
-// that finishes within HookGrace.
+// that finishes within Hooks.Grace.
 func TestStopDrainsQueuedHooks(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -179,8 +180,9 @@ func TestStopDrainsQueuedHooks(t *testing.T) {
 		}
 		rec := &recorder{}
 		sv, err := cleanup.New(s, &cleanup.Config{
-			Hooks: []cleanup.HookFunc{hook}, HookConcurrency: 1, HookGrace: time.Minute,
-			Observer: rec, Elector: cleanup.NewLocalElector(),
+			Observer: rec,
+			Elector:  cleanup.NewLocalElector(),
+			Hooks:    &cleanup.HooksConfig{BestEffort: []cleanup.HookFunc{hook}, Concurrency: 1, Grace: time.Minute},
 		})
 		require.NoError(t, err)
 		leaseExpired(t, s, "q", 5)
@@ -205,7 +207,7 @@ func TestStopDrainsQueuedHooks(t *testing.T) {
 	})
 }
 
-// TestStopGraceDropsHooks: after HookGrace, Stop cancels the hooks still
+// TestStopGraceDropsHooks: after Hooks.Grace, Stop cancels the hooks still
 // running and drops those still queued; both are reported, the dropped
 // ones with ErrHookDropped. Stop takes the grace period, no longer.
 func TestStopGraceDropsHooks(t *testing.T) {
@@ -215,9 +217,9 @@ func TestStopGraceDropsHooks(t *testing.T) {
 		rec := &recorder{}
 		const grace = time.Minute
 		sv, err := cleanup.New(s, &cleanup.Config{
-			Hooks:       []cleanup.HookFunc{func(ctx context.Context, _ store.Entry) error { <-ctx.Done(); return ctx.Err() }},
-			HookTimeout: time.Hour, HookConcurrency: 1, HookGrace: grace,
-			Observer: rec, Elector: cleanup.NewLocalElector(),
+			Observer: rec,
+			Elector:  cleanup.NewLocalElector(),
+			Hooks:    &cleanup.HooksConfig{BestEffort: []cleanup.HookFunc{func(ctx context.Context, _ store.Entry) error { <-ctx.Done(); return ctx.Err() }}, Timeout: time.Hour, Concurrency: 1, Grace: grace},
 		})
 		require.NoError(t, err)
 		leaseExpired(t, s, "g", 3)
@@ -244,7 +246,7 @@ func TestStopGraceDropsHooks(t *testing.T) {
 	})
 }
 
-// TestHookQueueBounded: beyond HookQueue waiting hooks, the hooks of
+// TestHookQueueBounded: beyond Hooks.Queue waiting hooks, the hooks of
 // further resolved entries are dropped and reported with ErrHookDropped,
 // as are those of entries resolved after Stop; the queued ones still run.
 func TestHookQueueBounded(t *testing.T) {
@@ -255,12 +257,13 @@ func TestHookQueueBounded(t *testing.T) {
 		var ran atomic.Int64
 		rec := &recorder{}
 		sv, err := cleanup.New(s, &cleanup.Config{
-			Hooks: []cleanup.HookFunc{func(context.Context, store.Entry) error {
+			Observer: rec,
+			Elector:  cleanup.NewLocalElector(),
+			Hooks: &cleanup.HooksConfig{BestEffort: []cleanup.HookFunc{func(context.Context, store.Entry) error {
 				<-release
 				ran.Add(1)
 				return nil
-			}},
-			HookConcurrency: 1, HookQueue: 2, Observer: rec, Elector: cleanup.NewLocalElector(),
+			}}, Concurrency: 1, Queue: 2},
 		})
 		require.NoError(t, err)
 		leaseExpired(t, s, "b", 1)

@@ -54,7 +54,7 @@ type TxMover interface {
 // If it fails, the whole transaction rolls back: no entry of the batch
 // moves, they stay expired and are tried again next cycle, and the failure
 // counts as a failed recovery of the batch's first entry
-// (Config.MaxRecoveryAttempts). The transaction, the function included, is
+// (recovery.Config.MaxAttempts). The transaction, the function included, is
 // bounded by Config.MoveTxTimeout (ctx ends then, with the same outcome).
 // It is not called when nothing moved.
 type MoveTxFunc[T any] func(ctx context.Context, tx T, moves []Move) error

@@ -84,7 +84,8 @@ func TestMoveTxCommitsWithTheMoves(t *testing.T) {
 	var mu sync.Mutex
 	var seen [][]cleanup.Move
 	rec := &recorder{}
-	sv, err := cleanup.New(st.s, &cleanup.Config{OperationTracker: completed, Observer: rec,
+	sv, err := cleanup.New(st.s, &cleanup.Config{
+		Observer: rec,
 		MoveTx: cleanup.MoveTxFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, moves []cleanup.Move) error {
 			mu.Lock()
 			seen = append(seen, moves)
@@ -96,7 +97,9 @@ func TestMoveTxCommitsWithTheMoves(t *testing.T) {
 				return errors.New("read model down")
 			}
 			return nil
-		})})
+		}),
+		Pipeline: newPipeline(t, st.s, &recovery.Config{OperationTracker: completed}),
+	})
 	require.NoError(t, err)
 	defer sv.Stop()
 
@@ -144,20 +147,22 @@ func TestMoveTxCommitsWithTheMoves(t *testing.T) {
 }
 
 // TestMoveTxFailuresCountTowardsGivingUp: a MoveTx that keeps failing is a
-// recovery that keeps failing: with MaxRecoveryAttempts, the entry becomes
+// recovery that keeps failing: with MaxAttempts, the entry becomes
 // a gap and nothing of MoveTx's writes persists.
 func TestMoveTxFailuresCountTowardsGivingUp(t *testing.T) {
 	t.Parallel()
 	st := newSideTable(t)
 	ctx := t.Context()
 	leaseExpired(t, st.s, "give-up", 1)
-	sv, err := cleanup.New(st.s, &cleanup.Config{OperationTracker: completed, MaxRecoveryAttempts: 2,
+	sv, err := cleanup.New(st.s, &cleanup.Config{
 		MoveTx: cleanup.MoveTxFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, moves []cleanup.Move) error {
 			if err := st.insert(ctx, tx, moves); err != nil {
 				return err
 			}
 			return errors.New("always down")
-		})})
+		}),
+		Pipeline: newPipeline(t, st.s, &recovery.Config{OperationTracker: completed, MaxAttempts: 2}),
+	})
 	require.NoError(t, err)
 	defer sv.Stop()
 	_, err = sv.RunOnce(ctx)
@@ -208,13 +213,17 @@ func TestMoveTxTimeoutBoundsTheFunction(t *testing.T) {
 		ctx := t.Context()
 		leaseExpired(t, st.s, "slow", 1)
 		var left time.Duration // 0 without a deadline
-		sv, err := cleanup.New(st.s, &cleanup.Config{OperationTracker: completed, QueryTimeout: query, MoveTxTimeout: c.moveTx,
+		sv, err := cleanup.New(st.s, &cleanup.Config{
+			QueryTimeout:  query,
+			MoveTxTimeout: c.moveTx,
 			MoveTx: cleanup.MoveTxFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, moves []cleanup.Move) error {
 				if dl, ok := ctx.Deadline(); ok {
 					left = time.Until(dl)
 				}
 				return st.insert(ctx, tx, moves)
-			})})
+			}),
+			Pipeline: newPipeline(t, st.s, &recovery.Config{OperationTracker: completed}),
+		})
 		require.NoError(t, err)
 		res, err := sv.RunOnce(ctx)
 		sv.Stop()

@@ -51,14 +51,14 @@ func (sv *Service) startRecovery(ctx context.Context, e store.Entry) (context.Co
 	return ctx, func(recovery.Result, error) {}
 }
 
-// step reports one step tried on e to the StepObserver and to the rate
-// filter. A step that found the entry resolved elsewhere tells the filter
+// step reports one step tried on e to the StepObserver and to the
+// pipeline's rate filter. A step that found the entry resolved elsewhere tells the filter
 // nothing about the step.
 func (sv *Service) step(ctx context.Context, e store.Entry, step string, r recovery.Result, err error) {
 	if so, ok := sv.observer.(StepObserver); ok {
 		so.Step(ctx, e, step, r, err)
 	}
-	if sv.rates != nil && !r.Elsewhere {
-		sv.rates.Record(step, e.Kind, err == nil && r.Recovered)
+	if !r.Elsewhere {
+		sv.pipeline.Record(step, e.Kind, err == nil && r.Recovered)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/cleanup"
+	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -20,7 +21,7 @@ func TestLaterExpiryWaitsForEarlier(t *testing.T) {
 	for name, s := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			sv, err := cleanup.New(s, &cleanup.Config{WorkTracker: partialFor()})
+			sv, err := cleanup.New(s, &cleanup.Config{Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: partialFor()})})
 			require.NoError(t, err)
 			defer sv.Stop()
 			es := leaseWith(t, s, "inv", []store.LeaseRequest{
@@ -52,7 +53,7 @@ func TestDeferredStreamRunsAtBlockerExpiry(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rec := &recorder{}
-			sv, err := cleanup.New(s, &cleanup.Config{Interval: time.Hour, WorkTracker: partialFor(), Observer: rec})
+			sv, err := cleanup.New(s, &cleanup.Config{Interval: time.Hour, Observer: rec, Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: partialFor()})})
 			require.NoError(t, err)
 			leaseWith(t, s, "d", []store.LeaseRequest{
 				{TTL: time.Microsecond, OperationID: "op-1"}, {TTL: 2 * time.Second, OperationID: "op-2"},
@@ -85,7 +86,7 @@ func TestDeferredStreamRunsWhenBlockerResolves(t *testing.T) {
 			require.NoError(t, b.Start(context.Background()))
 			defer b.Stop()
 			rec := &recorder{}
-			sv, err := cleanup.New(s, &cleanup.Config{Interval: time.Hour, WorkTracker: partialFor(), Barrier: b, Observer: rec})
+			sv, err := cleanup.New(s, &cleanup.Config{Interval: time.Hour, Barrier: b, Observer: rec, Pipeline: newPipeline(t, s, &recovery.Config{WorkTracker: partialFor()})})
 			require.NoError(t, err)
 			es := leaseWith(t, s, "w", []store.LeaseRequest{
 				{TTL: time.Microsecond, OperationID: "op-1"}, {TTL: time.Hour, OperationID: "op-2"},

@@ -37,7 +37,7 @@ func trackerTable(schema string) string { return pgx.Identifier{schema, "tracker
 // chaosCleaner is the cleaner every process of the test runs: its own pool,
 // trackers read from the shared table, a fixed low load (all three steps),
 // short stream leases so a killed cleaner's streams are free again soon;
-// recoverable work is never given up (the default MaxRecoveryAttempts).
+// recoverable work is never given up (the default recovery.Config.MaxAttempts).
 func chaosCleaner(pool *pgxpool.Pool, schema string, b cleanup.Waiter) (*cleanup.Service, error) {
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	if err != nil {
@@ -54,15 +54,21 @@ func chaosCleaner(pool *pgxpool.Pool, schema string, b cleanup.Waiter) (*cleanup
 			return b, err == nil && b != nil, err
 		}
 	}
-	return cleanup.New(s, &cleanup.Config{
-		Interval:         50 * time.Millisecond,
-		MaxBackoff:       100 * time.Millisecond,
+	pipeline, err := recovery.New(s, &recovery.Config{
 		Probe:            recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level { return recovery.Low }),
 		WorkTracker:      recovery.WorkTrackerFunc(lookup("partial")),
 		OperationTracker: recovery.OperationTrackerFunc(lookup("result")),
-		LeaseTTL:         time.Second,
-		BatchSize:        7,
-		Barrier:          b,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cleanup.New(s, &cleanup.Config{
+		Interval:   50 * time.Millisecond,
+		MaxBackoff: 100 * time.Millisecond,
+		LeaseTTL:   time.Second,
+		BatchSize:  7,
+		Barrier:    b,
+		Pipeline:   pipeline,
 	})
 }
 

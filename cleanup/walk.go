@@ -107,7 +107,7 @@ func (w *walk) abandon() {
 // handle decides what becomes of e; false when the walk must stop.
 func (w *walk) handle(ctx context.Context, e store.Entry) bool {
 	sv := w.c.sv
-	p := sv.selector.Select(w.level, e.Kind)
+	p := sv.pipeline.Select(w.level, e.Kind)
 	rctx, end := sv.startRecovery(ctx, e)
 	observe := func(step string, r recovery.Result, err error) {
 		if !errors.Is(err, store.ErrHistoryLost) { // refused, not failed: see refused
@@ -399,8 +399,8 @@ func (w *walk) readBack(ctx context.Context, run []pending) (map[int64]store.Ent
 
 // settle records what became of an entry; false when it is left
 // unresolved (its stream waits for a later cycle). A failed recovery is
-// counted; with MaxRecoveryAttempts set, its MaxRecoveryAttempts-th failure
-// in a row declares the entry a gap instead. A failure because the walk
+// counted; with an attempt limit (recovery.Config.MaxAttempts), its
+// MaxAttempts-th failure in a row declares the entry a gap instead. A failure because the walk
 // itself ended (Stop, the lead lost) is no failure of the entry.
 func (w *walk) settle(ctx context.Context, it pending, r recovery.Result, err error) bool {
 	c := w.c
@@ -460,8 +460,8 @@ func (w *walk) addHook(ctx context.Context, e store.Entry) {
 }
 
 // giveUp counts a failed recovery of it.e. The entry stays expired, unless
-// MaxRecoveryAttempts is set and this is its MaxRecoveryAttempts-th failure
-// in a row: then the entry is declared a gap with reason
+// the pipeline's recovery.Config.MaxAttempts is set and this is its
+// MaxAttempts-th failure in a row: then the entry is declared a gap with reason
 // recovery.ReasonRecoveryFailed.
 func (w *walk) giveUp(ctx context.Context, it pending, cause error) (recovery.Result, error) {
 	sv := w.c.sv

@@ -107,11 +107,10 @@ func setup(t *testing.T, opts ...sdkmetric.Option) *bundle {
 	require.NoError(t, err)
 	b.leaser, err = sequence.New(b.store, &sequence.Config{Barrier: b.barrier, Observer: b.m.Leaser()})
 	require.NoError(t, err)
-	b.cleaner, err = cleanup.New(b.store, &cleanup.Config{
-		Observer: b.m.Cleanup(),
+	pipeline, err := recovery.New(b.store, &recovery.Config{
 		// op-5's tracker fails: give up at once, so its number becomes a
 		// gap in the scripted cycle.
-		MaxRecoveryAttempts: 1,
+		MaxAttempts: 1,
 		WorkTracker: recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 			switch e.OperationID {
 			case "op-4":
@@ -121,12 +120,17 @@ func setup(t *testing.T, opts ...sdkmetric.Option) *bundle {
 			}
 			return nil, false, nil
 		}),
-		Hooks: []cleanup.HookFunc{func(_ context.Context, e store.Entry) error {
+	})
+	require.NoError(t, err)
+	b.cleaner, err = cleanup.New(b.store, &cleanup.Config{
+		Observer: b.m.Cleanup(),
+		Pipeline: pipeline,
+		Hooks: &cleanup.HooksConfig{BestEffort: []cleanup.HookFunc{func(_ context.Context, e store.Entry) error {
 			if e.OperationID == "op-5" {
 				return errors.New("temp file busy")
 			}
 			return nil
-		}},
+		}}},
 	})
 	require.NoError(t, err)
 	t.Cleanup(b.cleaner.Stop)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/seqlease/seqlease/cleanup"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/seqleasetest"
 	"github.com/seqlease/seqlease/sequence"
@@ -20,7 +19,7 @@ func Example() {
 	ctx := context.Background()
 	partial := map[string][]byte{"invoice-1": []byte("half an invoice")}
 	st, err := seqleasetest.New(&seqleasetest.Config{
-		Cleanup: &cleanup.Config{
+		Recovery: &recovery.Config{
 			WorkTracker: recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 				w, ok := partial[e.OperationID]
 				return w, ok, nil

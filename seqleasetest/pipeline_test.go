@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/seqlease/seqlease/cleanup"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/seqleasetest"
 	"github.com/seqlease/seqlease/sequence"
@@ -32,8 +31,8 @@ func TestPipelineCrash(t *testing.T) {
 		return w, ok, nil
 	})
 	st := seqleasetest.Setup(t, &seqleasetest.Config{
-		Leaser:  &sequence.Config{DefaultTTL: time.Hour}, // healthy workers outlive the test's clock moves
-		Cleanup: &cleanup.Config{WorkTracker: tracker},
+		Leaser:   &sequence.Config{DefaultTTL: time.Hour}, // healthy workers outlive the test's clock moves
+		Recovery: &recovery.Config{WorkTracker: tracker},
 	})
 
 	// The worker of event a leases 1, records half its work, and dies.

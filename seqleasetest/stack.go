@@ -9,6 +9,7 @@ import (
 
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/cleanup"
+	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
@@ -43,10 +44,15 @@ type Config struct {
 	// Leaser configures the Leaser; its Barrier is always the stack's.
 	// Default: sequence.New's defaults, with Now set to Clock.Now.
 	Leaser *sequence.Config
-	// Cleanup configures the cleanup Service; its Barrier and Booster
-	// default to the stack's. Default: cleanup.New's defaults (the Gap
-	// step alone, unless trackers are set).
+	// Cleanup configures the cleanup Service; its Barrier and
+	// Cascade.Booster default to the stack's. Default: cleanup.New's
+	// defaults.
 	Cleanup *cleanup.Config
+	// Recovery configures the cleanup Service's recovery pipeline, which
+	// the stack builds on its store (recovery.New): the trackers of the
+	// PartialWork and Retry steps, say. Leave it nil when Cleanup.Pipeline
+	// is set. Default: recovery.New's defaults (the Gap step alone).
+	Recovery *recovery.Config
 }
 
 // Stack is a ready seqlease stack: a store, a started Barrier, a Leaser that
@@ -119,8 +125,23 @@ func New(cfg *Config) (*Stack, error) {
 	if cc.Barrier == nil {
 		cc.Barrier = s.Barrier
 	}
-	if cc.Booster == nil {
-		cc.Booster = s.Leaser
+	cascade := cleanup.CascadeConfig{}
+	if cc.Cascade != nil {
+		cascade = *cc.Cascade
+	}
+	if cascade.Booster == nil {
+		cascade.Booster = s.Leaser
+	}
+	cc.Cascade = &cascade
+	if cfg.Recovery != nil {
+		if cc.Pipeline != nil {
+			s.Barrier.Stop()
+			return nil, fmt.Errorf("seqleasetest: Config.Recovery is set with Config.Cleanup.Pipeline: set one: %w", store.ErrInvalidArgument)
+		}
+		if cc.Pipeline, err = recovery.New(s.Store, cfg.Recovery); err != nil {
+			s.Barrier.Stop()
+			return nil, err
+		}
 	}
 	if s.Cleanup, err = cleanup.New(s.Store, &cc); err != nil {
 		s.Barrier.Stop()

@@ -103,7 +103,7 @@ func TestRecovered(t *testing.T) {
 			tracker := recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 				return []byte("half of " + e.OperationID), e.OperationID == "op-1", nil
 			})
-			st := b.stack(t, &seqleasetest.Config{Cleanup: &cleanup.Config{WorkTracker: tracker}})
+			st := b.stack(t, &seqleasetest.Config{Recovery: &recovery.Config{WorkTracker: tracker}})
 			x, err := st.Leaser.Lease(ctx, "orders", &sequence.LeaseOpts{OperationID: "op-1", TTL: time.Hour})
 			require.NoError(t, err)
 			require.NoError(t, st.Expire(ctx, x))
@@ -176,6 +176,13 @@ func TestNew(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	_, err = seqleasetest.New(&seqleasetest.Config{Cleanup: &cleanup.Config{Interval: -time.Second}})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	_, err = seqleasetest.New(&seqleasetest.Config{Recovery: &recovery.Config{MaxAttempts: -1}})
+	require.ErrorIs(t, err, store.ErrInvalidArgument)
+	mem := memory.New(nil)
+	p, err := recovery.New(mem, nil)
+	require.NoError(t, err)
+	_, err = seqleasetest.New(&seqleasetest.Config{Store: mem, Cleanup: &cleanup.Config{Pipeline: p}, Recovery: &recovery.Config{}})
+	require.ErrorIs(t, err, store.ErrInvalidArgument, "a pipeline and a recovery config")
 
 	clock := seqleasetest.NewClock(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
 	st, err := seqleasetest.New(&seqleasetest.Config{Store: memory.New(&memory.Config{Now: clock.Now}), Clock: clock})

@@ -180,9 +180,14 @@ func (c *cli) cleanupPass(ctx context.Context, stream string, durable bool) (cle
 		st = onlyStream{c.store, stream}
 	}
 	obs := &handled{}
-	cfg := &cleanup.Config{Elector: elector, Observer: obs, Logger: logger, Owner: "seqlease-cli"}
+	pipeline, err := recovery.New(st, &recovery.Config{Owner: "seqlease-cli"})
+	if err != nil {
+		return res, err
+	}
+	cfg := &cleanup.Config{Pipeline: pipeline, Elector: elector, Observer: obs, Logger: logger}
 	if durable {
-		cfg.DurableHook = func(context.Context, store.Entry) error { return errNotDelivered } // never Started: never runs
+		// Never Started: never runs.
+		cfg.Hooks = &cleanup.HooksConfig{Durable: func(context.Context, store.Entry) error { return errNotDelivered }}
 	}
 	sv, err := cleanup.New(st, cfg)
 	if err != nil {

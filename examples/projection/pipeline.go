@@ -198,15 +198,22 @@ func (p *pipeline) startNode(ctx context.Context, owner string) (stop func(), er
 		stop()
 		return nil, err
 	}
-	cl, err := cleanup.New(p.st, &cleanup.Config{
-		Interval:         p.c.interval,
+	rp, err := recovery.New(p.st, &recovery.Config{
 		WorkTracker:      recovery.WorkTrackerFunc(p.partial.lookup),
 		OperationTracker: recovery.OperationTrackerFunc(p.results.lookup),
-		Booster:          p.leaser,
-		Barrier:          p.barrier,
 		Owner:            owner + "/cleanup",
-		LeaseTTL:         cleanerTTL,
-		Observer:         cleanupObs,
+	})
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	cl, err := cleanup.New(p.st, &cleanup.Config{
+		Interval: p.c.interval,
+		Pipeline: rp,
+		Cascade:  &cleanup.CascadeConfig{Booster: p.leaser},
+		Barrier:  p.barrier,
+		LeaseTTL: cleanerTTL,
+		Observer: cleanupObs,
 	})
 	if err != nil {
 		stop()

@@ -27,6 +27,7 @@ import (
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/cleanup"
 	"github.com/seqlease/seqlease/lease"
+	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
 )
@@ -569,10 +570,14 @@ func (h *Harness) Drain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	pipeline, err := recovery.New(h.Store, &recovery.Config{
+		Probe: lowLoad, OperationTracker: resultTracker(h.Pool, h.Schema), Owner: h.Prefix + "drain",
+	})
+	if err != nil {
+		return err
+	}
 	sv, err := cleanup.New(h.Store, &cleanup.Config{
-		Interval: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Probe: lowLoad,
-		OperationTracker: resultTracker(h.Pool, h.Schema),
-		Elector:          elector, Owner: h.Prefix + "drain",
+		Interval: 100 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, Pipeline: pipeline, Elector: elector,
 	})
 	if err != nil {
 		return err

@@ -354,17 +354,23 @@ func (w *worker) start(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	w.cleaner, err = cleanup.New(w.store, &cleanup.Config{
-		Interval:         cfg.Interval,
-		MaxBackoff:       cleanupMaxBackoff,
+	pipeline, err := recovery.New(w.store, &recovery.Config{
 		Probe:            lowLoad,
 		OperationTracker: resultTracker(w.pool, cfg.Schema),
-		Elector:          elector,
-		Barrier:          w.barrier,
-		Observer:         cycleTimer{&w.stats.longestCycle},
-		Booster:          w.leaser,
-		QueryTimeout:     10 * time.Second,
 		Owner:            cfg.Owner + "/cleanup",
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.cleaner, err = cleanup.New(w.store, &cleanup.Config{
+		Interval:     cfg.Interval,
+		MaxBackoff:   cleanupMaxBackoff,
+		Pipeline:     pipeline,
+		Elector:      elector,
+		Barrier:      w.barrier,
+		Observer:     cycleTimer{&w.stats.longestCycle},
+		Cascade:      &cleanup.CascadeConfig{Booster: w.leaser},
+		QueryTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		return nil, err

@@ -14,7 +14,8 @@ import (
 )
 
 // field finds the blamed field in an error: "Config.Field", or a nested
-// "Config.Outer.Inner" (metrics' EvaluatorConfig.Thresholds.OpenGaps).
+// "Config.Outer.Inner" (metrics' EvaluatorConfig.Thresholds.OpenGaps,
+// cleanup's Config.Hooks.Timeout, through the *HooksConfig).
 var field = regexp.MustCompile(`Config\.([A-Za-z]+(?:\.[A-Za-z]+)?)`)
 
 // RequireBlame fails t unless err matches store.ErrInvalidArgument and names
@@ -32,6 +33,9 @@ func RequireBlame(t testing.TB, err error, cfg any, again func() error) {
 	}
 	v := reflect.ValueOf(cfg).Elem()
 	for _, name := range strings.Split(m[1], ".") {
+		if v.Kind() == reflect.Pointer { // a sub-config: Config.Hooks.Timeout
+			v = v.Elem()
+		}
 		if v = v.FieldByName(name); !v.IsValid() {
 			t.Fatalf("%v names Config.%s, which does not exist", err, m[1])
 		}

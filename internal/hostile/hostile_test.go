@@ -21,6 +21,7 @@ import (
 	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/migrations"
+	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/memory"
@@ -723,8 +724,8 @@ func TestHostileConfigDurations(t *testing.T) {
 			configErr(t, err, field)
 		}
 		for field, cfg := range map[string]cleanup.Config{
-			"Interval": {Interval: d}, "LeaseTTL": {LeaseTTL: d}, "CascadeDelay": {CascadeDelay: d},
-			"HookTimeout": {HookTimeout: d}, "MaxBackoff": {MaxBackoff: d}, "QueryTimeout": {QueryTimeout: d},
+			"Interval": {Interval: d}, "LeaseTTL": {LeaseTTL: d}, "Cascade.Delay": {Cascade: &cleanup.CascadeConfig{Delay: d}},
+			"Hooks.Timeout": {Hooks: &cleanup.HooksConfig{Timeout: d}}, "MaxBackoff": {MaxBackoff: d}, "QueryTimeout": {QueryTimeout: d},
 		} {
 			_, err := cleanup.New(s, &cfg)
 			configErr(t, err, field)
@@ -740,11 +741,13 @@ func TestHostileConfigDurations(t *testing.T) {
 		_, err := lease.New(s, &cfg)
 		configErr(t, err, strings.TrimSpace(field))
 	}
-	for field, cfg := range map[string]cleanup.Config{"LeaseTTL": {LeaseTTL: math.MaxInt64}, "MinStepSuccessRate": {MinStepSuccessRate: 2},
-		"CascadeTTLFactor": {CascadeTTLFactor: 0.5}} {
+	for field, cfg := range map[string]cleanup.Config{"LeaseTTL": {LeaseTTL: math.MaxInt64},
+		"Cascade.TTLFactor": {Cascade: &cleanup.CascadeConfig{TTLFactor: 0.5}}} {
 		_, err := cleanup.New(s, &cfg)
 		configErr(t, err, field)
 	}
+	_, err := recovery.New(s, &recovery.Config{MinStepSuccessRate: 2})
+	configErr(t, err, "MinStepSuccessRate")
 
 	// MaxInt64 where the config accepts it: the component starts and stops.
 	ctx := t.Context()
@@ -868,10 +871,10 @@ func TestEnormousAndNaNValuesBehave(t *testing.T) {
 		})
 	}
 
-	t.Run("cleanup CascadeTTLFactor NaN and +Inf are refused", func(t *testing.T) {
+	t.Run("cleanup Cascade.TTLFactor NaN and +Inf are refused", func(t *testing.T) {
 		for _, factor := range []float64{math.NaN(), math.Inf(1)} {
-			_, err := cleanup.New(memory.New(nil), &cleanup.Config{CascadeTTLFactor: factor})
-			configErr(t, err, "CascadeTTLFactor")
+			_, err := cleanup.New(memory.New(nil), &cleanup.Config{Cascade: &cleanup.CascadeConfig{TTLFactor: factor}})
+			configErr(t, err, "Cascade.TTLFactor")
 		}
 	})
 

@@ -388,7 +388,7 @@ func (sys *system) openProc(ctx context.Context, i int, st Store, seq *atomic.In
 	if p.gaps, err = gap.New(st, nil); err != nil {
 		return nil, err
 	}
-	p.cleaner, err = cleanup.New(p.rec, &cleanup.Config{
+	pipeline, err := recovery.New(p.rec, &recovery.Config{
 		WorkTracker: recovery.WorkTrackerFunc(func(_ context.Context, e store.Entry) ([]byte, bool, error) {
 			return sys.tracker.call(i, e, false)
 		}),
@@ -398,11 +398,18 @@ func (sys *system) openProc(ctx context.Context, i int, st Store, seq *atomic.In
 		Probe: recovery.LoadProbeFunc(func(context.Context, recovery.Signals) recovery.Level {
 			return recovery.Level(p.level.Load())
 		}),
-		MaxRecoveryAttempts: maxRecoveryAttempts,
+		MaxAttempts: maxRecoveryAttempts,
+		Owner:       fmt.Sprintf("model-cleanup-p%d", i),
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.cleaner, err = cleanup.New(p.rec, &cleanup.Config{
+		Pipeline: pipeline,
 		// Small pages, windows and cascades, so that a few leases
 		// exercise the loop's batching and cascade mode.
-		BatchSize: 2, ScanLimit: 4, CascadeThreshold: 6, CascadeBatch: 2, CascadeDelay: time.Millisecond,
-		Owner: fmt.Sprintf("model-cleanup-p%d", i),
+		BatchSize: 2, ScanLimit: 4,
+		Cascade: &cleanup.CascadeConfig{Threshold: 6, Batch: 2, Delay: time.Millisecond},
 	})
 	if err != nil {
 		return nil, err

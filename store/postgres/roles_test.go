@@ -18,6 +18,7 @@ import (
 	"github.com/seqlease/seqlease/internal/pgtest"
 	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/migrations"
+	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
@@ -222,7 +223,9 @@ func TestLeastPrivilegeRoles(t *testing.T) {
 		// lease (seqlease/cleanup/<stream>), the gap step.
 		_, err := s.Lease(ctx, "c", []store.LeaseRequest{{TTL: time.Microsecond}, {TTL: time.Microsecond}}, nil)
 		require.NoError(t, err)
-		cl, err := cleanup.New(s, &cleanup.Config{Owner: "app/cleanup"})
+		p, err := recovery.New(s, &recovery.Config{Owner: "app/cleanup"})
+		require.NoError(t, err)
+		cl, err := cleanup.New(s, &cleanup.Config{Pipeline: p})
 		require.NoError(t, err)
 		res, err := cl.RunOnce(ctx)
 		require.NoError(t, err)
