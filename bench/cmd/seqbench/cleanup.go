@@ -75,7 +75,7 @@ func cleanupRun(ctx context.Context, e *env, n int, paced bool) (map[string]floa
 	}
 	cfg := &cleanup.Config{}
 	if !paced {
-		cfg.CascadeThreshold = 1 << 30
+		cfg.Cascade = &cleanup.CascadeConfig{Threshold: 1 << 30}
 	}
 	sv, err := cleanup.New(s, cfg)
 	if err != nil {
