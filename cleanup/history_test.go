@@ -70,8 +70,9 @@ func TestHistoryLostRefusesQuietly(t *testing.T) {
 
 	log := &warnLog{}
 	rec := &recorder{}
-	sv, err := cleanup.New(s, &cleanup.Config{OperationTracker: completed, MaxRecoveryAttempts: 1,
-		Observer: rec, Logger: slog.New(log)})
+	pipeline, err := recovery.New(s, &recovery.Config{OperationTracker: completed, MaxAttempts: 1})
+	require.NoError(t, err)
+	sv, err := cleanup.New(s, &cleanup.Config{Pipeline: pipeline, Observer: rec, Logger: slog.New(log)})
 	require.NoError(t, err)
 	defer sv.Stop()
 
