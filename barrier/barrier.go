@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqlease/seqlease/internal/lifecycle"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -73,19 +74,8 @@ type Barrier struct {
 	gen     atomic.Uint64          // bumped by every Reset
 	resets  chan struct{}          // wakes the refresher after a Reset; capacity 1
 
-	lifeMu sync.Mutex      // serialises Start and Stop
-	state  atomic.Int32    // notStarted, running or stopped: read without lifeMu on every wait
-	ctx    context.Context // Start's, set before state becomes running
-	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup
+	life *lifecycle.Life // the watch and the refresher
 }
-
-// The states of a Barrier's lifecycle.
-const (
-	notStarted int32 = iota
-	running
-	stopped
-)
 
 // New returns a Barrier on src. Call Start to have it listen.
 func New(src Source, cfg *Config) (*Barrier, error) {
@@ -111,6 +101,7 @@ func New(src Source, cfg *Config) (*Barrier, error) {
 		limit:        cmp.Or(cfg.SnapshotLimit, store.MaxListLimit),
 		logger:       cfg.Logger,
 		resets:       make(chan struct{}, 1),
+		life:         lifecycle.New(ErrStopped),
 	}
 	if b.logger == nil {
 		b.logger = slog.New(slog.DiscardHandler)
@@ -122,39 +113,24 @@ func New(src Source, cfg *Config) (*Barrier, error) {
 // Start starts watching the backend and the safety poll, and returns. The
 // goroutines run until Stop or until ctx ends.
 func (b *Barrier) Start(ctx context.Context) error {
-	b.lifeMu.Lock()
-	defer b.lifeMu.Unlock()
-	switch b.state.Load() {
-	case stopped:
-		return ErrStopped
-	case running:
+	return b.life.Start(ctx, func(context.Context) error {
+		b.life.Go(b.watch)
+		b.life.Go(b.refresher)
 		return nil
-	}
-	ctx, b.cancel = context.WithCancelCause(ctx)
-	b.ctx = ctx
-	b.state.Store(running) // publishes ctx to running()
-	b.wg.Go(func() {
-		err := b.src.Watch(ctx, sink{b})
-		if err != nil && context.Cause(ctx) != ErrStopped && ctx.Err() == nil {
-			b.logger.Error("barrier: watch ended", slog.Any("error", err))
-		}
 	})
-	b.wg.Go(func() { b.refresher(ctx) })
-	return nil
 }
 
 // Stop stops the goroutines Start started and waits for them. Waiters keep
 // waiting (their contexts bound them); they are no longer woken by other
 // processes' resolutions.
-func (b *Barrier) Stop() {
-	b.lifeMu.Lock()
-	b.state.Store(stopped)
-	cancel := b.cancel
-	b.lifeMu.Unlock()
-	if cancel != nil {
-		cancel(ErrStopped)
+func (b *Barrier) Stop() { b.life.Stop() }
+
+// watch has the backend report resolutions until ctx ends.
+func (b *Barrier) watch(ctx context.Context) {
+	err := b.src.Watch(ctx, sink{b})
+	if err != nil && context.Cause(ctx) != ErrStopped && ctx.Err() == nil {
+		b.logger.Error("barrier: watch ended", slog.Any("error", err))
 	}
-	b.wg.Wait()
 }
 
 // sink adapts a Barrier to store.Sink without exporting its methods.
@@ -342,16 +318,14 @@ var closedCh = func() chan struct{} { ch := make(chan struct{}); close(ch); retu
 func noWithdraw() {}
 
 func (b *Barrier) running() error {
-	switch b.state.Load() {
-	case stopped:
-		return ErrStopped
-	case notStarted:
+	switch b.life.State() {
+	case lifecycle.Running:
+		return nil
+	case lifecycle.NotStarted:
 		return ErrNotStarted
-	}
-	if b.ctx.Err() != nil { // Start's context ended: nothing listens any more
+	default: // stopped, or Start's context ended: nothing listens any more
 		return ErrStopped
 	}
-	return nil
 }
 
 // Watermark returns the watermark of stream, reading a snapshot first if
