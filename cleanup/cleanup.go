@@ -12,6 +12,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/seqlease/seqlease/internal/lifecycle"
 	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
@@ -124,11 +125,7 @@ type Service struct {
 	wake   wake   // streams waiting behind a live lease
 	status status // what the full cycles came to (Status)
 
-	lifeMu  sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelCauseFunc
-	done    chan struct{}
+	life *lifecycle.Life // the loop; the deliverer has its own
 }
 
 // attempt counts the failed recoveries in a row of a stream's first failing
@@ -191,6 +188,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 		attempts:    map[string]attempt{},
 		refused:     map[string]time.Time{},
 		moveTx:      cfg.MoveTx,
+		life:        lifecycle.New(ErrStopped),
 	}
 	sv.moveTxTime = cmp.Or(cfg.MoveTxTimeout, sv.qTimeout)
 	sv.cascade.threshold = cmp.Or(cc.Threshold, DefaultCascadeThreshold)
@@ -228,29 +226,19 @@ func New(s Store, cfg *Config) (*Service, error) {
 // Start runs the loop in the background until Stop or until ctx ends. The
 // first cycle runs at once.
 func (sv *Service) Start(ctx context.Context) error {
-	sv.lifeMu.Lock()
-	defer sv.lifeMu.Unlock()
-	switch {
-	case sv.stopped:
-		return ErrStopped
-	case sv.started:
+	return sv.life.Start(ctx, func(ctx context.Context) error {
+		sv.status.mu.Lock()
+		sv.status.st.Started = time.Now()
+		sv.status.mu.Unlock()
+		sv.wake.open(ctx)
+		if sv.durable != nil {
+			if err := sv.durable.start(ctx); err != nil {
+				return err
+			}
+		}
+		sv.life.Go(sv.loop)
 		return nil
-	}
-	sv.started = true
-	sv.status.mu.Lock()
-	sv.status.st.Started = time.Now()
-	sv.status.mu.Unlock()
-	ctx, sv.cancel = context.WithCancelCause(ctx)
-	sv.wake.open(ctx)
-	if sv.durable != nil {
-		sv.durable.start(ctx)
-	}
-	sv.done = make(chan struct{})
-	go func() {
-		defer close(sv.done)
-		sv.loop(ctx)
-	}()
-	return nil
+	})
 }
 
 // Stop stops the loop, lets the hooks of the entries already resolved run
@@ -265,14 +253,7 @@ func (sv *Service) Start(ctx context.Context) error {
 // goroutine it started. Stop does not wait for DeliverHooks calls, which
 // belong to their callers.
 func (sv *Service) Stop() {
-	sv.lifeMu.Lock()
-	sv.stopped = true
-	cancel, done := sv.cancel, sv.done
-	sv.lifeMu.Unlock()
-	if cancel != nil {
-		cancel(ErrStopped)
-		<-done
-	}
+	sv.life.Stop()
 	sv.wake.close()
 	var hooks sync.WaitGroup // the grace periods run side by side
 	hooks.Go(sv.hooks.stop)

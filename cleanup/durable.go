@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seqlease/seqlease/internal/lifecycle"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -48,11 +49,11 @@ type deliverer struct {
 
 	kick chan struct{} // a resolution recorded hooks: deliver now
 
+	life *lifecycle.Life // the delivery loop
 	// graceCtx is cancelled when Stop's grace period ends: the running
 	// hooks are cancelled then.
 	graceCtx    context.Context
 	graceCancel context.CancelFunc
-	wg          sync.WaitGroup
 
 	// turn serialises rounds (the loop and DeliverHooks): a one-slot
 	// semaphore, so that the loop, stopping, need not wait for a
@@ -74,6 +75,7 @@ func newDeliverer(q store.HookQueue, sv *Service, hc *HooksConfig) *deliverer {
 		observer: sv.observer,
 		kick:     make(chan struct{}, 1),
 		turn:     make(chan struct{}, 1),
+		life:     lifecycle.New(ErrStopped),
 	}
 	if d.poll == 0 {
 		d.poll = DefaultHookPoll
@@ -90,15 +92,19 @@ func (d *deliverer) wake() {
 	}
 }
 
-// start runs the delivery loop until ctx ends.
-func (d *deliverer) start(ctx context.Context) {
-	d.wg.Go(func() { d.loop(ctx) })
+// start runs the delivery loop until stop or until ctx ends.
+func (d *deliverer) start(ctx context.Context) error {
+	return d.life.Start(ctx, func(context.Context) error {
+		d.life.Go(d.loop)
+		return nil
+	})
 }
 
-// stop waits for the loop, whose ctx the caller cancelled, giving the
-// running hooks up to the grace period before it cancels them.
+// stop ends the loop and waits for it, giving the running hooks (whose
+// contexts outlive the loop's) up to the grace period before it cancels
+// them. It is safe before start and twice.
 func (d *deliverer) stop() {
-	ended := allDone(&d.wg) // the loop ends at the latest after the cancel below
+	ended := d.life.Cancel() // the loop ends at the latest after the grace cancel below
 	waitUpTo(ended, d.grace)
 	d.graceCancel()
 	<-ended

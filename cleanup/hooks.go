@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/seqlease/seqlease/internal/lifecycle"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -30,8 +31,7 @@ type hookRunner struct {
 	logger   *slog.Logger
 	observer Observer
 
-	ctx    context.Context // cancelled when the grace period ends
-	cancel context.CancelFunc
+	life *lifecycle.Life // the workers; their context ends when the grace period ends
 
 	mu      sync.Mutex
 	queue   []hookTask
@@ -39,7 +39,6 @@ type hookRunner struct {
 	closed  bool // Stop began: nothing more is queued
 	stopped bool // the grace period ended: the workers take nothing more
 	full    bool // the last add found the queue full (logged once per episode)
-	wg      sync.WaitGroup
 }
 
 type hookTask struct {
@@ -49,8 +48,9 @@ type hookTask struct {
 }
 
 func newHookRunner(hooks []HookFunc, timeout time.Duration, limit, capacity int, grace time.Duration, logger *slog.Logger, observer Observer) *hookRunner {
-	r := &hookRunner{hooks: hooks, timeout: timeout, limit: limit, capacity: capacity, grace: grace, logger: logger, observer: observer}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r := &hookRunner{hooks: hooks, timeout: timeout, limit: limit, capacity: capacity, grace: grace, logger: logger, observer: observer,
+		life: lifecycle.New(ErrStopped)}
+	_ = r.life.Start(context.Background(), nil) // cannot fail: a new Life; the workers run from New to stop
 	return r
 }
 
@@ -74,9 +74,9 @@ func (r *hookRunner) add(ctx context.Context, e store.Entry) {
 			queued++
 		}
 	}
-	for r.workers < r.limit && r.workers < len(r.queue) {
+	// Go refuses nothing here: stop drains the Life only once closed is set.
+	for r.workers < r.limit && r.workers < len(r.queue) && r.life.Go(r.work) {
 		r.workers++
-		r.wg.Go(r.work)
 	}
 	dropped := len(r.hooks) - queued
 	newlyFull := dropped > 0 && !r.full
@@ -99,8 +99,9 @@ func (r *hookRunner) drop(n int, e store.Entry, err error) {
 	}
 }
 
-// work runs queued hooks until the queue is empty or the runner stops.
-func (r *hookRunner) work() {
+// work runs queued hooks until the queue is empty or the runner stops; ctx
+// ends when stop's grace period ends.
+func (r *hookRunner) work(ctx context.Context) {
 	for {
 		r.mu.Lock()
 		if len(r.queue) == 0 || r.stopped {
@@ -112,16 +113,18 @@ func (r *hookRunner) work() {
 		r.queue[0] = hookTask{}
 		r.queue = r.queue[1:]
 		r.mu.Unlock()
-		r.run(t)
+		r.run(ctx, t)
 	}
 }
 
-func (r *hookRunner) run(t hookTask) {
-	ctx, cancel := context.WithTimeout(t.ctx, r.timeout)
+// run runs one hook with the values of t.ctx, cancelled when its timeout
+// passes or when ctx (the workers') ends.
+func (r *hookRunner) run(ctx context.Context, t hookTask) {
+	hctx, cancel := context.WithTimeout(t.ctx, r.timeout)
 	defer cancel()
-	stop := context.AfterFunc(r.ctx, cancel)
+	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	if err := t.h(ctx, t.e); err != nil {
+	if err := t.h(hctx, t.e); err != nil {
 		r.logger.Warn("cleanup: hook failed", slog.String("stream", t.e.Stream),
 			slog.Int64("number", t.e.Number), slog.Any("error", err))
 		if r.observer != nil {
@@ -137,15 +140,14 @@ func (r *hookRunner) stop() {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
-	drained := allDone(&r.wg) // the workers end at the latest after the cancel below
+	drained := r.life.Drain() // the workers end at the latest after the Stop below
 	waitUpTo(drained, r.grace)
 	r.mu.Lock()
 	r.stopped = true
 	left := r.queue
 	r.queue = nil
 	r.mu.Unlock()
-	r.cancel()
-	<-drained
+	r.life.Stop() // cancels the hooks still running, and waits for them
 	if len(left) > 0 {
 		r.logger.Warn("cleanup: stopped with hooks not run: the grace period ended", slog.Int("hooks", len(left)),
 			slog.Duration("hook_grace", r.grace))
@@ -153,18 +155,6 @@ func (r *hookRunner) stop() {
 	for _, t := range left {
 		r.drop(1, t.e, fmt.Errorf("%w: Stop's grace period (Hooks.Grace %v) ended first", ErrHookDropped, r.grace))
 	}
-}
-
-// allDone returns a channel closed once the goroutines of wg have returned.
-// The goroutine that waits for them ends with them: the caller makes sure
-// they end (a Stop cancels them after its grace period).
-func allDone(wg *sync.WaitGroup) <-chan struct{} {
-	c := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(c)
-	}()
-	return c
 }
 
 // waitUpTo waits until c is closed or grace has passed.

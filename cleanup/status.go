@@ -3,6 +3,8 @@ package cleanup
 import (
 	"sync"
 	"time"
+
+	"github.com/seqlease/seqlease/internal/lifecycle"
 )
 
 // Status is what the loop has done lately (Service.Status), for a health
@@ -59,14 +61,6 @@ func (sv *Service) Status() Status {
 	st := sv.status.st
 	sv.status.mu.Unlock()
 	st.Interval = sv.interval
-	sv.lifeMu.Lock()
-	defer sv.lifeMu.Unlock()
-	if sv.started && !sv.stopped {
-		select {
-		case <-sv.done:
-		default:
-			st.Running = true
-		}
-	}
+	st.Running = sv.life.State() == lifecycle.Running
 	return st
 }
