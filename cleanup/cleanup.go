@@ -242,14 +242,14 @@ func (sv *Service) Start(ctx context.Context) error {
 }
 
 // Stop stops the loop, lets the hooks of the entries already resolved run
-// for up to HookGrace, cancels those still running and drops the rest, and
+// for up to Hooks.Grace, cancels those still running and drops the rest, and
 // waits for every goroutine it started. It releases the stream lease it
 // holds (a cycle holds one at a time), within one QueryTimeout when the
 // store does not answer; the default elector's Manager then gives up the
 // rest within its release timeout. It is safe before Start and twice.
 //
 // A hook that ignores its context keeps Stop waiting until it returns:
-// Stop cancels it after HookGrace and then waits, as it waits for every
+// Stop cancels it after Hooks.Grace and then waits, as it waits for every
 // goroutine it started. Stop does not wait for DeliverHooks calls, which
 // belong to their callers.
 func (sv *Service) Stop() {
