@@ -251,7 +251,7 @@ func TestSlowVersusDead(t *testing.T) {
 			l, b := leaserOn(t, s, sequence.Config{})
 			// The slow lease renews at 60% of its TTL (plus jitter); its
 			// TTL leaves room for a loaded machine between renewals.
-			const slowTTL, deadTTL = 300 * time.Millisecond, 100 * time.Millisecond
+			const slowTTL, deadTTL = time.Second, 100 * time.Millisecond
 			slow, err := l.Lease(ctx, "sd", &sequence.LeaseOpts{TTL: slowTTL})
 			require.NoError(t, err)
 			require.NoError(t, slow.KeepAlive(nil))
