@@ -1,0 +1,79 @@
+// Package ui is a read-only web interface to a seqlease store: an
+// http.Handler that an application mounts in its own mux, and that
+// `seqlease serve` runs on its own.
+//
+//	h, err := ui.New(&ui.Config{Store: st}) // *postgres.Store or *memory.Store
+//	if err != nil {
+//		return err
+//	}
+//	mux.Handle("/seqlease/", http.StripPrefix("/seqlease", h))
+//
+// # Pages
+//
+// Every page answers one question an operator asks when a stream stalls:
+//
+//	/            all streams: next number, watermark, lag (handed out
+//	             beyond the watermark), in flight, expired leases, the
+//	             oldest unresolved number and its age, open gaps, and the
+//	             throughput over the last ChartWindow as a bar chart
+//	/stream      one stream (name): its figures and a timeline of the
+//	             numbers around the watermark, each committed, leased,
+//	             expired, a gap or filled, with its holder, expiry, gap
+//	             reason, recovery and a payload preview; pages by after
+//	/gaps        the streams with their open gap counts; with stream, its
+//	             gaps with reasons and the numbers their work moved to
+//	             (reason, filled=1 to filter and widen; pages by after)
+//	/leases      the live named leases: holder, fence, time remaining
+//	/lease       one named lease (name): its holding and audit history
+//	/readers     the readers' checkpoints with their streams' watermarks
+//	             and lag
+//
+// Parked work is not shown yet (the store has no parked work to read).
+// Named-lease waiters are not shown: the store records none.
+//
+// # Design
+//
+// The pages are rendered on the server by html/template from templates
+// embedded with the binary, with one small stylesheet and one small script
+// (embed.FS, no build step, no framework). Every page works without
+// JavaScript: links page through listings, and reloading shows the present.
+// Where JavaScript runs, static/ui.js fetches the same URL every Refresh
+// and swaps in the new <main>, skipping while the tab is hidden.
+//
+// The store seam is four small interfaces defined here (StreamSource,
+// GapSource, LeaseSource, CheckpointSource), the read methods the CLI and
+// the health package already use; *postgres.Store and *memory.Store
+// satisfy Source, their union. Times are the store's clock (Now), read
+// once per request, so ages and expiries agree with the database.
+//
+// The store keeps no counters, so the throughput chart is computed from
+// the entries: it reads each stream's ChartSample most recent numbers and
+// buckets their resolution times (ResolvedAt) over ChartWindow. A stream
+// that resolved more than ChartSample numbers in the window shows a lower
+// bound, marked with "+".
+//
+// # Security
+//
+// Stream names, owners, reasons, reader and lease names and payloads are
+// user input. html/template escapes each by context (text, attribute,
+// URL); no template value is marked safe. Payload previews are cut at
+// PreviewBytes and Go-quoted, so control characters and invalid UTF-8 show
+// as escapes. Query parameters are validated before any store read (the
+// store's own name and text rules, page sizes 1..MaxPageSize, numbers of
+// at least 0): a bad one answers 400 with a message that quotes it through
+// store.QuoteInput (short, single line), never a panic. Every listing is
+// bounded and paginated with a cursor (after, after_reader/after_stream);
+// counts of expired leases stop at 1000 (shown as 1000+). The handler only
+// reads: GET and HEAD, 405 for any other method. Every answer carries a
+// Content-Security-Policy (script-src 'self', no inline script or style,
+// frame-ancestors 'none'), X-Content-Type-Options: nosniff,
+// X-Frame-Options: DENY and Referrer-Policy: no-referrer; pages are
+// Cache-Control: no-store.
+//
+// # Failure handling
+//
+// Each request reads under Config.Timeout. An unknown stream or lease
+// answers 404, a store error 500 with the error on the page and in the
+// Logger; a page is rendered whole into a buffer before anything is sent,
+// so a failure never leaves half a page. The handler starts no goroutine.
+package ui

@@ -1,0 +1,432 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// expiredCap is the most expired leases the streams page counts per
+// stream; beyond it the count shows as "1000+".
+const expiredCap = 1000
+
+// link returns the relative URL of page with the non-empty params.
+func link(page string, kv ...string) string {
+	v := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			v.Set(kv[i], kv[i+1])
+		}
+	}
+	if len(v) == 0 {
+		return page
+	}
+	return page + "?" + v.Encode()
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// streamRow is one stream on the streams page.
+type streamRow struct {
+	Stats         store.StreamStats
+	Link, GapLink string
+	Lag           int64 // numbers handed out beyond the watermark
+	Expired       int
+	ExpiredCapped bool
+	OpenGaps      int64
+	OldestAge     time.Duration
+	Chart         chart
+}
+
+type streamsData struct {
+	Rows        []streamRow
+	Next        string // the next page's link; empty on the last page
+	ChartWindow time.Duration
+	ChartSample int
+}
+
+// streamsPage lists a page of streams (after, limit) with their figures.
+func (h *Handler) streamsPage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
+	after, err := nameParam(r, "after", false, store.ValidateStream)
+	if err != nil {
+		return "", nil, err
+	}
+	limit, err := h.limitParam(r)
+	if err != nil {
+		return "", nil, err
+	}
+	names, err := h.cfg.Store.Streams(ctx, after, limit+1)
+	if err != nil {
+		return "", nil, err
+	}
+	d := streamsData{ChartWindow: h.cfg.ChartWindow, ChartSample: h.cfg.ChartSample}
+	if len(names) > limit {
+		names = names[:limit]
+		d.Next = link("./", "after", names[limit-1], "limit", r.URL.Query().Get("limit"))
+	}
+	for _, name := range names {
+		row, err := h.streamRow(ctx, name, now)
+		if errors.Is(err, store.ErrStreamNotFound) {
+			continue // gone since the listing
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		d.Rows = append(d.Rows, row)
+	}
+	return "streams", d, nil
+}
+
+func (h *Handler) streamRow(ctx context.Context, name string, now time.Time) (streamRow, error) {
+	s := h.cfg.Store
+	st, err := s.Stats(ctx, name)
+	if err != nil {
+		return streamRow{}, err
+	}
+	row := streamRow{Stats: st, Link: link("stream", "name", name), GapLink: link("gaps", "stream", name),
+		Lag: st.NextNumber - 1 - st.Watermark}
+	if st.OldestUnresolved > 0 {
+		row.OldestAge = now.Sub(st.OldestUnresolvedAt)
+	}
+	if st.Unresolved > 0 {
+		es, err := s.ListExpired(ctx, &store.ListExpiredParams{Stream: name, Limit: expiredCap + 1, Now: &now})
+		if err != nil {
+			return streamRow{}, err
+		}
+		row.Expired, row.ExpiredCapped = min(len(es), expiredCap), len(es) > expiredCap
+	}
+	if row.OpenGaps, err = s.CountGaps(ctx, name); err != nil {
+		return streamRow{}, err
+	}
+	row.Chart, err = h.throughput(ctx, st, now)
+	return row, err
+}
+
+// timelineEntry is one number on the stream page.
+type timelineEntry struct {
+	store.Entry
+	Label     string // committed, leased, expired, gap, filled
+	Watermark bool   // the watermark's number
+	Preview   string // the payload's first bytes, quoted
+	Link      string // the gaps page at this number, for a gap
+}
+
+type streamData struct {
+	Stats              store.StreamStats
+	Lag                int64
+	OldestAge          time.Duration
+	OpenGaps           int64
+	Entries            []timelineEntry
+	Earlier, Later     string
+	GapLink, ReadLink  string
+	Span, PreviewBytes int
+	First, Last        int64 // the numbers shown
+}
+
+// streamPage shows one stream (name): its figures and the numbers after
+// `after` (default: a quarter of span before the watermark), span of them.
+func (h *Handler) streamPage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
+	name, err := nameParam(r, "name", true, store.ValidateStream)
+	if err != nil {
+		return "", nil, err
+	}
+	span, err := h.limitParam(r)
+	if err != nil {
+		return "", nil, err
+	}
+	if r.URL.Query().Get("limit") == "" {
+		span = min(DefaultSpan, h.cfg.MaxPageSize)
+	}
+	after, given, err := numberParam(r, "after", 0)
+	if err != nil {
+		return "", nil, err
+	}
+	s := h.cfg.Store
+	st, err := s.Stats(ctx, name)
+	if err != nil {
+		return "", nil, err
+	}
+	if !given {
+		after = st.Watermark - int64(span)/4
+	}
+	after = max(after, st.LowPoint-1, 0)
+	es, err := s.Read(ctx, name, after, span)
+	var te *store.TrimmedError
+	if errors.As(err, &te) { // trimmed since Stats: start at the new low point
+		after = te.LowPoint - 1
+		es, err = s.Read(ctx, name, after, span)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	d := streamData{Stats: st, Lag: st.NextNumber - 1 - st.Watermark, Span: span, PreviewBytes: h.cfg.PreviewBytes,
+		GapLink: link("gaps", "stream", name)}
+	if st.OldestUnresolved > 0 {
+		d.OldestAge = now.Sub(st.OldestUnresolvedAt)
+	}
+	if d.OpenGaps, err = s.CountGaps(ctx, name); err != nil {
+		return "", nil, err
+	}
+	limit := r.URL.Query().Get("limit")
+	if after > st.LowPoint-1 && after > 0 {
+		d.Earlier = link("stream", "name", name, "after", itoa(max(after-int64(span), st.LowPoint-1, 0)), "limit", limit)
+	}
+	if after+int64(span) < st.NextNumber-1 {
+		d.Later = link("stream", "name", name, "after", itoa(after+int64(span)), "limit", limit)
+	}
+	for _, e := range es {
+		t := timelineEntry{Entry: e, Label: label(e, now), Watermark: e.Number == st.Watermark,
+			Preview: preview(e.Payload, h.cfg.PreviewBytes)}
+		if e.State == store.Gap {
+			t.Link = link("gaps", "stream", name, "after", itoa(e.Number-1))
+		}
+		d.Entries = append(d.Entries, t)
+	}
+	if len(es) > 0 {
+		d.First, d.Last = es[0].Number, es[len(es)-1].Number
+	}
+	return "stream", d, nil
+}
+
+// label is what the timeline calls an entry at now.
+func label(e store.Entry, now time.Time) string {
+	switch {
+	case e.State == store.Leased && !now.Before(e.ExpiresAt):
+		return "expired"
+	case e.State == store.Committed && !e.FilledAt.IsZero():
+		return "filled"
+	}
+	return string(e.State)
+}
+
+// preview returns the first n bytes of p Go-quoted (control characters
+// and invalid UTF-8 escaped), with the count of bytes left out; "" for no
+// payload. html/template escapes the result again for HTML.
+func preview(p []byte, n int) string {
+	if p == nil {
+		return ""
+	}
+	cut := p[:min(len(p), n)]
+	q := strconv.Quote(string(cut))
+	if len(p) > len(cut) {
+		q += "…(+" + strconv.Itoa(len(p)-len(cut)) + " bytes)"
+	}
+	return q
+}
+
+type gapsData struct {
+	Stream      string
+	StreamLink  string
+	Reason      string
+	Filled      bool
+	Gaps        []store.Entry
+	Next        string
+	Streams     []gapStream // without a stream: the streams and their open gaps
+	NextStreams string
+}
+
+type gapStream struct {
+	Name     string
+	Link     string
+	OpenGaps int64
+}
+
+// gapsPage lists a stream's gaps (stream, after, limit, reason, filled),
+// or without a stream the streams with their open gap counts.
+func (h *Handler) gapsPage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
+	name, err := nameParam(r, "stream", false, store.ValidateStream)
+	if err != nil {
+		return "", nil, err
+	}
+	limit, err := h.limitParam(r)
+	if err != nil {
+		return "", nil, err
+	}
+	q := r.URL.Query()
+	if name == "" {
+		return h.gapStreams(ctx, r, limit)
+	}
+	after, _, err := numberParam(r, "after", 0)
+	if err != nil {
+		return "", nil, err
+	}
+	reason, err := textParam(r, "reason")
+	if err != nil {
+		return "", nil, err
+	}
+	filled, err := boolParam(r, "filled")
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := h.cfg.Store.Stats(ctx, name); err != nil {
+		return "", nil, err // 404 for an unknown stream
+	}
+	gs, err := h.cfg.Store.ListGaps(ctx, name, &store.ListGapsParams{After: after, Limit: limit + 1, Reason: reason, IncludeFilled: filled})
+	if err != nil {
+		return "", nil, err
+	}
+	d := gapsData{Stream: name, StreamLink: link("stream", "name", name), Reason: reason, Filled: filled, Gaps: gs}
+	if len(gs) > limit {
+		d.Gaps = gs[:limit]
+		d.Next = link("gaps", "stream", name, "after", itoa(gs[limit-1].Number), "limit", q.Get("limit"),
+			"reason", reason, "filled", q.Get("filled"))
+	}
+	return "gaps", d, nil
+}
+
+func (h *Handler) gapStreams(ctx context.Context, r *http.Request, limit int) (string, any, error) {
+	after, err := nameParam(r, "after_stream", false, store.ValidateStream)
+	if err != nil {
+		return "", nil, err
+	}
+	names, err := h.cfg.Store.Streams(ctx, after, limit+1)
+	if err != nil {
+		return "", nil, err
+	}
+	var d gapsData
+	if len(names) > limit {
+		names = names[:limit]
+		d.NextStreams = link("gaps", "after_stream", names[limit-1], "limit", r.URL.Query().Get("limit"))
+	}
+	for _, name := range names {
+		n, err := h.cfg.Store.CountGaps(ctx, name)
+		if err != nil {
+			return "", nil, err
+		}
+		d.Streams = append(d.Streams, gapStream{Name: name, Link: link("gaps", "stream", name), OpenGaps: n})
+	}
+	return "gaps", d, nil
+}
+
+type leaseRow struct {
+	store.NamedLease
+	Link string
+}
+
+type leasesData struct {
+	Owner  string
+	Leases []leaseRow
+	Next   string
+}
+
+// leasesPage lists the held named leases (after, limit, owner).
+func (h *Handler) leasesPage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
+	after, err := nameParam(r, "after", false, store.ValidateLeaseName)
+	if err != nil {
+		return "", nil, err
+	}
+	owner, err := nameParam(r, "owner", false, store.ValidateLeaseOwner)
+	if err != nil {
+		return "", nil, err
+	}
+	limit, err := h.limitParam(r)
+	if err != nil {
+		return "", nil, err
+	}
+	ls, err := h.cfg.Store.ListLeases(ctx, &store.ListLeasesParams{Owner: owner, AfterName: after, Limit: limit + 1, Now: &now})
+	if err != nil {
+		return "", nil, err
+	}
+	d := leasesData{Owner: owner}
+	if len(ls) > limit {
+		ls = ls[:limit]
+		d.Next = link("leases", "after", ls[limit-1].Name, "owner", owner, "limit", r.URL.Query().Get("limit"))
+	}
+	for _, l := range ls {
+		d.Leases = append(d.Leases, leaseRow{NamedLease: l, Link: link("lease", "name", l.Name)})
+	}
+	return "leases", d, nil
+}
+
+type leaseData struct {
+	Lease  store.NamedLease
+	Held   bool
+	Events []store.LeaseEvent
+	Next   string
+}
+
+// leasePage shows one named lease (name): its current or last holding and
+// its audit history (after, limit), oldest first.
+func (h *Handler) leasePage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
+	name, err := nameParam(r, "name", true, store.ValidateLeaseName)
+	if err != nil {
+		return "", nil, err
+	}
+	after, _, err := numberParam(r, "after", 0)
+	if err != nil {
+		return "", nil, err
+	}
+	limit, err := h.limitParam(r)
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := h.cfg.Store.GetLease(ctx, name, &store.LeaseOpParams{Now: &now})
+	if err != nil {
+		return "", nil, err
+	}
+	evs, err := h.cfg.Store.LeaseHistory(ctx, name, &store.LeaseHistoryParams{AfterID: after, Limit: limit + 1})
+	if err != nil {
+		return "", nil, err
+	}
+	d := leaseData{Lease: l, Held: l.Held(), Events: evs}
+	if len(evs) > limit {
+		d.Events = evs[:limit]
+		d.Next = link("lease", "name", name, "after", itoa(evs[limit-1].ID), "limit", r.URL.Query().Get("limit"))
+	}
+	return "lease", d, nil
+}
+
+type readerRow struct {
+	store.Checkpoint
+	StreamLink string
+}
+
+type readersData struct {
+	Reader, Stream string
+	Readers        []readerRow
+	Next           string
+}
+
+// readersPage lists the readers' checkpoints with their lag (reader,
+// stream to filter; after_reader, after_stream, limit to page).
+func (h *Handler) readersPage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
+	p := &store.ListCheckpointsParams{}
+	var err error
+	for _, f := range []struct {
+		name  string
+		dst   *string
+		valid func(string) error
+	}{
+		{"reader", &p.Reader, store.ValidateReader}, {"stream", &p.Stream, store.ValidateStream},
+		{"after_reader", &p.AfterReader, store.ValidateReader}, {"after_stream", &p.AfterStream, store.ValidateStream},
+	} {
+		if *f.dst, err = nameParam(r, f.name, false, f.valid); err != nil {
+			return "", nil, err
+		}
+	}
+	limit, err := h.limitParam(r)
+	if err != nil {
+		return "", nil, err
+	}
+	p.Limit = limit + 1
+	cs, err := h.cfg.Store.ListCheckpoints(ctx, p)
+	if err != nil {
+		return "", nil, err
+	}
+	d := readersData{Reader: p.Reader, Stream: p.Stream}
+	if len(cs) > limit {
+		cs = cs[:limit]
+		last := cs[limit-1]
+		d.Next = link("readers", "reader", p.Reader, "stream", p.Stream, "after_reader", last.Reader,
+			"after_stream", last.Stream, "limit", r.URL.Query().Get("limit"))
+	}
+	for _, c := range cs {
+		d.Readers = append(d.Readers, readerRow{Checkpoint: c, StreamLink: link("stream", "name", c.Stream)})
+	}
+	return "readers", d, nil
+}

@@ -1,0 +1,295 @@
+package ui
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/seqlease/seqlease/store"
+)
+
+// StreamSource lists streams and reads what the streams pages show, by the
+// backend's clock: *postgres.Store and *memory.Store.
+type StreamSource interface {
+	Streams(ctx context.Context, after string, limit int) ([]string, error)
+	Stats(ctx context.Context, stream string) (store.StreamStats, error)
+	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
+	ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error)
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// GapSource lists and counts a stream's gaps: *postgres.Store and
+// *memory.Store.
+type GapSource interface {
+	ListGaps(ctx context.Context, stream string, p *store.ListGapsParams) ([]store.Entry, error)
+	CountGaps(ctx context.Context, stream string) (int64, error)
+}
+
+// LeaseSource reads the named leases and their audit history:
+// *postgres.Store and *memory.Store.
+type LeaseSource interface {
+	ListLeases(ctx context.Context, p *store.ListLeasesParams) ([]store.NamedLease, error)
+	GetLease(ctx context.Context, name string, p *store.LeaseOpParams) (store.NamedLease, error)
+	LeaseHistory(ctx context.Context, name string, p *store.LeaseHistoryParams) ([]store.LeaseEvent, error)
+}
+
+// CheckpointSource lists the readers' checkpoints with their streams'
+// watermarks: *postgres.Store and *memory.Store.
+type CheckpointSource interface {
+	ListCheckpoints(ctx context.Context, p *store.ListCheckpointsParams) ([]store.Checkpoint, error)
+}
+
+// Source is everything the pages read. Both backends satisfy it.
+type Source interface {
+	StreamSource
+	GapSource
+	LeaseSource
+	CheckpointSource
+}
+
+// Defaults of Config.
+const (
+	DefaultPageSize     = 100
+	DefaultMaxPageSize  = 500
+	DefaultPreviewBytes = 64
+	DefaultRefresh      = 5 * time.Second
+	DefaultTimeout      = 10 * time.Second
+	DefaultSpan         = 40
+	DefaultChartWindow  = 10 * time.Minute
+	DefaultChartSample  = 500
+)
+
+// Config configures a Handler. Store is required; the zero value of every
+// other field means its default.
+type Config struct {
+	// Store is what the pages read: a *postgres.Store or a *memory.Store.
+	Store Source
+	// Title is shown in the header of every page; default "seqlease".
+	Title string
+	// PageSize is the rows of a listing when the request names none;
+	// default DefaultPageSize (100).
+	PageSize int
+	// MaxPageSize caps the limit a request may ask for; default
+	// DefaultMaxPageSize (500), at most store.DefaultListLimit (1000).
+	MaxPageSize int
+	// PreviewBytes is the most bytes of a payload shown on the stream page;
+	// default DefaultPreviewBytes (64).
+	PreviewBytes int
+	// Refresh is how often the pages refresh themselves where JavaScript
+	// runs; default DefaultRefresh (5 s). Negative turns it off.
+	Refresh time.Duration
+	// Timeout bounds the store reads of one request; default
+	// DefaultTimeout (10 s).
+	Timeout time.Duration
+	// ChartWindow is the span of the throughput chart of the streams page;
+	// default DefaultChartWindow (10 minutes).
+	ChartWindow time.Duration
+	// ChartSample is how many of a stream's most recent numbers the chart
+	// reads; default DefaultChartSample (500), at most store.MaxListLimit.
+	ChartSample int
+	// Logger receives the store errors of requests; nil discards them.
+	Logger *slog.Logger
+}
+
+// Handler serves the pages. It is read-only: GET and HEAD only.
+type Handler struct {
+	cfg   Config
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// pageNames are the templates, each rendered with layout.html.
+var pageNames = []string{"streams", "stream", "gaps", "leases", "lease", "readers", "error"}
+
+// New returns the handler of cfg, or an error naming the field that is
+// wrong.
+func New(cfg *Config) (*Handler, error) {
+	if cfg == nil || cfg.Store == nil {
+		return nil, errors.New("ui: Config.Store is required")
+	}
+	c := *cfg
+	switch {
+	case c.PageSize < 0:
+		return nil, fmt.Errorf("ui: Config.PageSize %d is negative", c.PageSize)
+	case c.MaxPageSize < 0 || c.MaxPageSize > store.DefaultListLimit:
+		return nil, fmt.Errorf("ui: Config.MaxPageSize %d is not in 0..%d", c.MaxPageSize, store.DefaultListLimit)
+	case c.PreviewBytes < 0:
+		return nil, fmt.Errorf("ui: Config.PreviewBytes %d is negative", c.PreviewBytes)
+	case c.Timeout < 0:
+		return nil, fmt.Errorf("ui: Config.Timeout %v is negative", c.Timeout)
+	case c.ChartWindow < 0:
+		return nil, fmt.Errorf("ui: Config.ChartWindow %v is negative", c.ChartWindow)
+	case c.ChartSample < 0 || c.ChartSample > store.MaxListLimit:
+		return nil, fmt.Errorf("ui: Config.ChartSample %d is not in 0..%d", c.ChartSample, store.MaxListLimit)
+	}
+	c.Title = cmp(c.Title, "seqlease")
+	c.MaxPageSize = cmp(c.MaxPageSize, DefaultMaxPageSize)
+	c.PageSize = min(cmp(c.PageSize, DefaultPageSize), c.MaxPageSize)
+	c.PreviewBytes = cmp(c.PreviewBytes, DefaultPreviewBytes)
+	c.Refresh = cmp(c.Refresh, DefaultRefresh)
+	c.Timeout = cmp(c.Timeout, DefaultTimeout)
+	c.ChartWindow = cmp(c.ChartWindow, DefaultChartWindow)
+	c.ChartSample = cmp(c.ChartSample, DefaultChartSample)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{cfg: c, pages: map[string]*template.Template{}, mux: http.NewServeMux()}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("ui: template %s: %w", name, err) // a bug: the templates are embedded
+		}
+		h.pages[name] = t
+	}
+	static, _ := fs.Sub(staticFS, "static")
+	h.mux.Handle("/static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	h.mux.HandleFunc("/{$}", h.page(h.streamsPage))
+	h.mux.HandleFunc("/stream", h.page(h.streamPage))
+	h.mux.HandleFunc("/gaps", h.page(h.gapsPage))
+	h.mux.HandleFunc("/leases", h.page(h.leasesPage))
+	h.mux.HandleFunc("/lease", h.page(h.leasePage))
+	h.mux.HandleFunc("/readers", h.page(h.readersPage))
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.fail(w, r, http.StatusNotFound, "no page at "+store.QuoteInput(r.URL.Path))
+	})
+	return h, nil
+}
+
+func cmp[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// ServeHTTP answers GET and HEAD (405 otherwise) with the security headers
+// on every answer. Mount it under a prefix with http.StripPrefix: every
+// link of the pages is relative.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+		"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "no-referrer")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		hd.Set("Allow", "GET, HEAD")
+		h.fail(w, r, http.StatusMethodNotAllowed, "method "+store.QuoteInput(r.Method)+" not allowed: this interface is read-only")
+		return
+	}
+	if r.URL.Path == "" { // mounted with http.StripPrefix("/prefix/", ...)
+		r2 := *r
+		u := *r.URL
+		u.Path = "/"
+		r2.URL = &u
+		r = &r2
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// httpError is an answer other than 200: its status and message.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+// badRequest is a 400 for a bad query parameter; the user's text goes
+// through store.QuoteInput.
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// view is what the layout renders around a page's data.
+type view struct {
+	Title   string
+	Page    string // the nav entry to highlight
+	Now     time.Time
+	Refresh int // seconds; 0: no refresh
+	Data    any
+}
+
+// page adapts a page function: it runs under the request's timeout,
+// renders the page's template, and turns errors into answers.
+func (h *Handler) page(fn func(ctx context.Context, r *http.Request, now time.Time) (string, any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+		defer cancel()
+		now, err := h.cfg.Store.Now(ctx)
+		var name string
+		var data any
+		if err == nil {
+			name, data, err = fn(ctx, r, now)
+		}
+		var he *httpError
+		switch {
+		case errors.As(err, &he):
+			h.fail(w, r, he.status, he.msg)
+			return
+		case errors.Is(err, store.ErrInvalidArgument):
+			h.fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		case errors.Is(err, store.ErrStreamNotFound), errors.Is(err, store.ErrLeaseNotFound):
+			h.fail(w, r, http.StatusNotFound, err.Error())
+			return
+		case err != nil:
+			h.cfg.Logger.ErrorContext(ctx, "ui: read failed", slog.String("path", r.URL.Path), slog.Any("error", err))
+			h.fail(w, r, http.StatusInternalServerError, "the store could not be read: "+err.Error())
+			return
+		}
+		h.render(w, r, http.StatusOK, name, view{Title: h.cfg.Title, Page: name, Now: now, Refresh: h.refresh(), Data: data})
+	}
+}
+
+func (h *Handler) refresh() int {
+	if h.cfg.Refresh < 0 {
+		return 0
+	}
+	return max(int(h.cfg.Refresh/time.Second), 1)
+}
+
+// fail answers status with msg on the error page.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	h.render(w, r, status, "error", view{Title: h.cfg.Title, Page: "error", Data: errorData{
+		Status: status, StatusText: http.StatusText(status), Message: msg}})
+}
+
+type errorData struct {
+	Status     int
+	StatusText string
+	Message    string
+}
+
+// render executes page into a buffer first, so that a template error
+// answers 500 rather than half a page.
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, page string, v view) {
+	var b strings.Builder
+	if err := h.pages[page].Execute(&b, v); err != nil {
+		h.cfg.Logger.ErrorContext(r.Context(), "ui: render failed", slog.String("page", page), slog.Any("error", err))
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("seqlease ui: the page could not be rendered\n"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write([]byte(b.String()))
+	}
+}
