@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/seqlease/seqlease/store"
@@ -35,9 +36,9 @@ type chart struct {
 
 // bar is one interval of a chart, laid out for the SVG.
 type bar struct {
-	Count          int
-	X, Y, W, H     int
-	AgoFrom, AgoTo time.Duration
+	Count      int
+	X, Y, W, H int
+	Title      string // "3 resolved 1m30s to 1m0s ago"
 }
 
 // throughput reads the stream's most recent numbers and buckets their
@@ -86,7 +87,8 @@ func (h *Handler) throughput(ctx context.Context, st store.StreamStats, now time
 			ht = max(ht, 1)
 		}
 		c.Bars = append(c.Bars, bar{Count: n, X: i * w, Y: chartHeight - ht, W: w - barGap, H: ht,
-			AgoFrom: time.Duration(chartBuckets-i) * step, AgoTo: time.Duration(chartBuckets-1-i) * step})
+			Title: strconv.Itoa(n) + " resolved " + dur(time.Duration(chartBuckets-i)*step) + " to " +
+				dur(time.Duration(chartBuckets-1-i)*step) + " ago"})
 	}
 	return c, nil
 }

@@ -470,3 +470,26 @@ func TestConfigValidation(t *testing.T) {
 		require.ErrorContains(t, err, c.field)
 	}
 }
+
+func TestStreamReadErrorAnswers500(t *testing.T) {
+	t.Parallel()
+	s := memory.New(nil)
+	for _, n := range []string{"a", "b", "bad", "c", "d", "e", "f"} {
+		fill(t, s, n)
+	}
+	r := get(t, newHandler(t, s, nil), "/")
+	require.Equal(t, http.StatusOK, r.status)
+	r = get(t, newHandler(t, failingStats{s}, nil), "/")
+	require.Equal(t, http.StatusInternalServerError, r.status)
+	require.Contains(t, r.body, "stats of bad failed")
+}
+
+// failingStats is a store whose Stats fails for the stream "bad".
+type failingStats struct{ *memory.Store }
+
+func (f failingStats) Stats(ctx context.Context, name string) (store.StreamStats, error) {
+	if name == "bad" {
+		return store.StreamStats{}, errString("stats of bad failed")
+	}
+	return f.Store.Stats(ctx, name)
+}

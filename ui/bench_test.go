@@ -1,0 +1,95 @@
+package ui_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/ui"
+)
+
+// Sizes of the benchmark's data set: 100 streams holding 10,000 gaps.
+const (
+	benchStreams   = 100
+	benchGaps      = 100 // per stream
+	benchCommitted = 100 // per stream, after the gaps
+	benchLive      = 5   // per stream, leased and live at the end
+)
+
+// BenchmarkPages renders each page on PostgreSQL with 100 streams and
+// 10,000 gaps (100 per stream), 100 committed and 5 live leases per
+// stream, 100 named leases with history and 100 reader checkpoints. Each
+// listing asks for 100 rows, the default page size.
+//
+//	go test -run '^$' -bench BenchmarkPages -benchtime 50x ./ui/
+func BenchmarkPages(b *testing.B) {
+	s := newPostgres(b)
+	ctx := b.Context()
+	now, err := s.Now(ctx)
+	require.NoError(b, err)
+	past := now.Add(-time.Hour)
+	gapReqs := make([]store.LeaseRequest, benchGaps)
+	for i := range gapReqs {
+		gapReqs[i] = store.LeaseRequest{TTL: time.Minute, OperationID: fmt.Sprintf("op-%d", i), Kind: "bench"}
+	}
+	numbers := make([]int64, benchGaps)
+	for i := range numbers {
+		numbers[i] = int64(i + 1)
+	}
+	live := make([]store.LeaseRequest, benchCommitted+benchLive)
+	for i := range live {
+		live[i] = store.LeaseRequest{TTL: time.Hour}
+	}
+	for i := range benchStreams {
+		name := fmt.Sprintf("stream-%03d", i)
+		_, err := s.Lease(ctx, name, gapReqs, &store.LeaseParams{Owner: "worker", Now: &past})
+		require.NoError(b, err)
+		got, err := s.ResolveExpiredBatch(ctx, name, numbers, nil)
+		require.NoError(b, err)
+		require.Len(b, got, benchGaps)
+		es, err := s.Lease(ctx, name, live, &store.LeaseParams{Owner: "worker"})
+		require.NoError(b, err)
+		items := make([]store.StreamCommit, benchCommitted)
+		for j := range items {
+			items[j] = store.StreamCommit{Stream: name, Number: es[j].Number, Token: es[j].Token, Payload: []byte(`{"n":1}`)}
+		}
+		res, err := s.CommitMulti(ctx, items, nil)
+		require.NoError(b, err)
+		for _, r := range res {
+			require.NoError(b, r.Err)
+		}
+		require.NoError(b, s.SaveCheckpoint(ctx, fmt.Sprintf("reader-%03d", i), name, int64(benchGaps), nil))
+		l, err := s.AcquireLease(ctx, fmt.Sprintf("lease-%03d", i), "agent", &store.AcquireLeaseParams{TTL: time.Hour})
+		require.NoError(b, err)
+		_, err = s.RenewLease(ctx, l.Name, "agent", l.Fence, &store.RenewLeaseParams{TTL: time.Hour})
+		require.NoError(b, err)
+	}
+	h, err := ui.New(&ui.Config{Store: s})
+	require.NoError(b, err)
+	pages := []struct{ name, target string }{
+		{"streams", "/"},
+		{"stream", "/stream?name=stream-050"},
+		{"gaps", "/gaps?stream=stream-050"},
+		{"gap-streams", "/gaps"},
+		{"leases", "/leases"},
+		{"lease", "/lease?name=lease-050"},
+		{"readers", "/readers"},
+	}
+	for _, p := range pages {
+		b.Run(p.name, func(b *testing.B) {
+			for b.Loop() {
+				r := httptest.NewRequestWithContext(ctx, http.MethodGet, p.target, nil)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusOK {
+					b.Fatalf("%s: %d %s", p.target, w.Code, w.Body)
+				}
+			}
+		})
+	}
+}
