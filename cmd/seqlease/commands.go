@@ -42,6 +42,7 @@ func init() {
 		{"hooks", "", "durable hooks of the cleanup loop not yet delivered", helpHooks, (*cli).hooks},
 		{"readers", "[-reader R] [-stream S]", "every reader's checkpoint with its lag", helpReaders, (*cli).readers},
 		{"delete-checkpoint", "-reader R -stream S", "remove a reader's checkpoint", helpDeleteCheckpoint, (*cli).deleteCheckpoint},
+		{"serve", "[-addr HOST:PORT] [-refresh D]", "the read-only web interface: streams, gaps, leases, readers, live", helpServe, (*cli).serve},
 		{"version", "", "the binary's module version, and the schema's migration version", helpVersion, (*cli).version},
 	}
 }

@@ -180,6 +180,9 @@ func TestJSONSnakeCase(t *testing.T) {
 		covered = append(covered, c.cmd)
 	}
 	for _, cmd := range commands {
+		if cmd.name == "serve" {
+			continue // runs until interrupted: TestServe checks its JSON
+		}
 		require.Contains(t, covered, cmd.name, "TestJSONSnakeCase runs every command")
 	}
 }

@@ -3,7 +3,8 @@
 // stream's entries and gaps, fill a gap, trim its history, watch it live,
 // audit its ledger, run a cleanup pass when no cleanup loop runs, list,
 // trace or force-release named leases, count or purge inbox records, count
-// the durable hooks, list or delete reader checkpoints, and tell versions.
+// the durable hooks, list or delete reader checkpoints, serve a read-only
+// web interface, and tell versions.
 //
 //	go install github.com/seqlease/seqlease/cmd/seqlease@latest
 //
@@ -32,6 +33,8 @@
 //	hooks                    durable hooks not yet delivered: pending, failing, oldest
 //	readers                  every reader's checkpoint with its lag (-reader R, -stream S)
 //	delete-checkpoint        remove a reader's checkpoint (-reader R -stream S)
+//	serve                    the read-only web interface on -addr (default 127.0.0.1:8080):
+//	                         streams, one stream's numbers, gaps, named leases, readers, live
 //	version                  the binary's module version and the schema's migration version
 //	help [COMMAND]           the usage, or a command's (as seqlease COMMAND -h)
 //
