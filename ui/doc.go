@@ -1,5 +1,5 @@
-// Package ui is a read-only web interface to a seqlease store: an
-// http.Handler that an application mounts in its own mux, and that
+// Package ui is a web interface to a seqlease store, read-only unless its
+// actions are turned on: an http.Handler that an application mounts in its own mux, and that
 // `seqlease serve` runs on its own.
 //
 //	h, err := ui.New(&ui.Config{Store: st}) // *postgres.Store or *memory.Store
@@ -30,6 +30,34 @@
 //
 // Parked work is not shown yet (the store has no parked work to read).
 // Named-lease waiters are not shown: the store records none.
+//
+// # Actions
+//
+// With Config.Actions, three actions write: force-release a named lease's
+// holder (store ForceReleaseLeases, as `seqlease force-release`), resolve
+// a stream's expired entries (one pass of a cleanup.Service over the
+// stream, gaps only, under the stream's cleanup lease, as `seqlease
+// cleanup STREAM`), fill a gap (gap.Gaps.Fill, as `seqlease fill-gap`).
+// Each is two requests, without JavaScript:
+//
+//	GET  /force-release?name=N           confirmation page: what will happen,
+//	GET  /resolve-expired?stream=S       a form with the bound fields, a
+//	GET  /fill-gap?stream=S&number=N     token and a reason input
+//	POST /actions/NAME                   checks, acts, 303 to the page it is
+//	                                     about with a signed result message
+//
+// The POST is refused, changing nothing, in this order: a cross-origin
+// request (http.CrossOriginProtection, 403); no actor from
+// ActionsConfig.Authenticate (401; an invalid actor 403); a token that is
+// missing, altered, expired or drawn for another actor, action or bound
+// fields (403: an HMAC-SHA256 under ActionsConfig.Secret); a missing,
+// long or control-character reason (400, store.ErrInvalidArgument). Then
+// the store call; its refusals (the lease changed since the confirmation,
+// not a gap) answer 409. Every action that passed the checks is one INFO
+// record in Config.Logger with its actor, reason, fields and outcome: the
+// store has no place yet for the actor and the reason. Without Actions no
+// action link or form is rendered, the confirmation pages answer 404 and a
+// POST 405: no action is reachable without an authentication function.
 //
 // # Design
 //
@@ -63,8 +91,8 @@
 // at least 0): a bad one answers 400 with a message that quotes it through
 // store.QuoteInput (short, single line), never a panic. Every listing is
 // bounded and paginated with a cursor (after, after_reader/after_stream);
-// counts of expired leases stop at 1000 (shown as 1000+). The handler only
-// reads: GET and HEAD, 405 for any other method. Every answer carries a
+// counts of expired leases stop at 1000 (shown as 1000+). Without Actions
+// the handler only reads: GET and HEAD, 405 for any other method. Every answer carries a
 // Content-Security-Policy (script-src 'self', no inline script or style,
 // frame-ancestors 'none'), X-Content-Type-Options: nosniff,
 // X-Frame-Options: DENY and Referrer-Policy: no-referrer; pages are
@@ -75,5 +103,7 @@
 // Each request reads under Config.Timeout. An unknown stream or lease
 // answers 404, a store error 500 with the error on the page and in the
 // Logger; a page is rendered whole into a buffer before anything is sent,
-// so a failure never leaves half a page. The handler starts no goroutine.
+// so a failure never leaves half a page. The handler starts no goroutine
+// of its own; a resolve action's cleanup pass starts and stops its
+// service within the request.
 package ui

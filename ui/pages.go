@@ -170,6 +170,7 @@ type streamData struct {
 	Entries            []timelineEntry
 	Earlier, Later     string
 	GapLink, ReadLink  string
+	ResolveExpired     string // the confirmation page of the action
 	Span, PreviewBytes int
 	First, Last        int64 // the numbers shown
 }
@@ -211,7 +212,7 @@ func (h *Handler) streamPage(ctx context.Context, r *http.Request, now time.Time
 		return "", nil, err
 	}
 	d := streamData{Stats: st, Lag: st.NextNumber - 1 - st.Watermark, Span: span, PreviewBytes: h.cfg.PreviewBytes,
-		GapLink: link("gaps", "stream", name)}
+		GapLink: link("gaps", "stream", name), ResolveExpired: link(actResolveExpired, "stream", name)}
 	if st.OldestUnresolved > 0 {
 		d.OldestAge = now.Sub(st.OldestUnresolvedAt)
 	}
@@ -390,10 +391,11 @@ func (h *Handler) leasesPage(ctx context.Context, r *http.Request, now time.Time
 }
 
 type leaseData struct {
-	Lease  store.NamedLease
-	Held   bool
-	Events []store.LeaseEvent
-	Next   string
+	Lease        store.NamedLease
+	Held         bool
+	ForceRelease string // the confirmation page of the action
+	Events       []store.LeaseEvent
+	Next         string
 }
 
 // leasePage shows one named lease (name): its current or last holding and
@@ -419,7 +421,7 @@ func (h *Handler) leasePage(ctx context.Context, r *http.Request, now time.Time)
 	if err != nil {
 		return "", nil, err
 	}
-	d := leaseData{Lease: l, Held: l.Held(), Events: evs}
+	d := leaseData{Lease: l, Held: l.Held(), Events: evs, ForceRelease: link(actForceRelease, "name", name)}
 	if len(evs) > limit {
 		d.Events = evs[:limit]
 		d.Next = link("lease", "name", name, "after", itoa(evs[limit-1].ID), "limit", r.URL.Query().Get("limit"))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqlease/seqlease/gap"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -94,13 +95,22 @@ type Config struct {
 	// ChartSample is how many of a stream's most recent numbers the chart
 	// reads; default DefaultChartSample (500), at most store.MaxListLimit.
 	ChartSample int
-	// Logger receives the store errors of requests; nil discards them.
+	// Logger receives the store errors of requests and, with Actions, a
+	// record of every action at INFO; nil discards them.
 	Logger *slog.Logger
+	// Actions turns on the actions (force-release, resolve expired entries,
+	// fill a gap) for the operators its Authenticate names; nil (the
+	// default) leaves the interface read-only: no action form, and every
+	// action route answers 404 (GET) or 405 (POST). Store must then be an
+	// ActionStore.
+	Actions *ActionsConfig
 }
 
-// Handler serves the pages. It is read-only: GET and HEAD only.
+// Handler serves the pages: GET and HEAD only, and POST to the action
+// routes when Config.Actions is set.
 type Handler struct {
 	cfg   Config
+	act   *actions // nil: read-only
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 }
@@ -112,7 +122,7 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // pageNames are the templates, each rendered with layout.html.
-var pageNames = []string{"streams", "stream", "gaps", "leases", "lease", "readers", "error"}
+var pageNames = []string{"streams", "stream", "gaps", "leases", "lease", "readers", "error", "confirm"}
 
 // New returns the handler of cfg, or an error naming the field that is
 // wrong.
@@ -147,6 +157,14 @@ func New(cfg *Config) (*Handler, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{cfg: c, pages: map[string]*template.Template{}, mux: http.NewServeMux()}
+	if c.Actions != nil {
+		a, err := newActions(c.Store, c.Actions)
+		if err != nil {
+			return nil, err
+		}
+		h.act = a
+		h.routeActions()
+	}
 	for _, name := range pageNames {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
@@ -176,17 +194,23 @@ func cmp[T comparable](v, def T) T {
 	return v
 }
 
-// ServeHTTP answers GET and HEAD (405 otherwise) with the security headers
-// on every answer. Mount it under a prefix with http.StripPrefix: every
-// link of the pages is relative.
+// ServeHTTP answers GET and HEAD, and with Actions POST to /actions/
+// (405 otherwise), with the security headers on every answer. Mount it
+// under a prefix with http.StripPrefix: every link of the pages is
+// relative.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
+	formAction := "'none'"
+	if h.act != nil {
+		formAction = "'self'"
+	}
 	hd.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
-		"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		"connect-src 'self'; base-uri 'none'; form-action "+formAction+"; frame-ancestors 'none'")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "no-referrer")
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	posted := h.act != nil && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/actions/")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && !posted {
 		hd.Set("Allow", "GET, HEAD")
 		h.fail(w, r, http.StatusMethodNotAllowed, "method "+store.QuoteInput(r.Method)+" not allowed: this interface is read-only")
 		return
@@ -220,7 +244,9 @@ type view struct {
 	Title   string
 	Page    string // the nav entry to highlight
 	Now     time.Time
-	Refresh int // seconds; 0: no refresh
+	Refresh int    // seconds; 0: no refresh
+	Actions bool   // the action links are shown
+	Result  string // the result of the action that led here
 	Data    any
 }
 
@@ -236,23 +262,37 @@ func (h *Handler) page(fn func(ctx context.Context, r *http.Request, now time.Ti
 		if err == nil {
 			name, data, err = fn(ctx, r, now)
 		}
-		var he *httpError
-		switch {
-		case errors.As(err, &he):
-			h.fail(w, r, he.status, he.msg)
-			return
-		case errors.Is(err, store.ErrInvalidArgument):
-			h.fail(w, r, http.StatusBadRequest, err.Error())
-			return
-		case errors.Is(err, store.ErrStreamNotFound), errors.Is(err, store.ErrLeaseNotFound):
-			h.fail(w, r, http.StatusNotFound, err.Error())
-			return
-		case err != nil:
-			h.cfg.Logger.ErrorContext(ctx, "ui: read failed", slog.String("path", r.URL.Path), slog.Any("error", err))
-			h.fail(w, r, http.StatusInternalServerError, "the store could not be read: "+err.Error())
+		if err != nil {
+			h.answer(w, r, err, "the store could not be read")
 			return
 		}
-		h.render(w, r, http.StatusOK, name, view{Title: h.cfg.Title, Page: name, Now: now, Refresh: h.refresh(), Data: data})
+		refresh := h.refresh()
+		if name == "confirm" {
+			refresh = 0 // a refresh would wipe the form being filled
+		}
+		h.render(w, r, http.StatusOK, name, view{Title: h.cfg.Title, Page: name, Now: now, Refresh: refresh,
+			Actions: h.act != nil, Result: h.result(r), Data: data})
+	}
+}
+
+// answer turns err into an error page: an *httpError's status, 409 for a
+// refused gap or a trimmed number, 400 for bad input, 404 for something
+// unknown, else 500 with failed and the error.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, err error, failed string) {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		h.fail(w, r, he.status, he.msg)
+	case errors.Is(err, gap.ErrNotGap), errors.Is(err, gap.ErrRecovered), errors.Is(err, gap.ErrFillRefused),
+		errors.Is(err, store.ErrTrimmed):
+		h.fail(w, r, http.StatusConflict, "refused, nothing changed: "+err.Error())
+	case errors.Is(err, store.ErrInvalidArgument):
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+	case errors.Is(err, store.ErrStreamNotFound), errors.Is(err, store.ErrLeaseNotFound), errors.Is(err, store.ErrNotFound):
+		h.fail(w, r, http.StatusNotFound, err.Error())
+	default:
+		h.cfg.Logger.ErrorContext(r.Context(), "ui: "+failed, slog.String("path", r.URL.Path), slog.Any("error", err))
+		h.fail(w, r, http.StatusInternalServerError, failed+": "+err.Error())
 	}
 }
 
@@ -265,7 +305,7 @@ func (h *Handler) refresh() int {
 
 // fail answers status with msg on the error page.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	h.render(w, r, status, "error", view{Title: h.cfg.Title, Page: "error", Data: errorData{
+	h.render(w, r, status, "error", view{Title: h.cfg.Title, Page: "error", Actions: h.act != nil, Data: errorData{
 		Status: status, StatusText: http.StatusText(status), Message: msg}})
 }
 
