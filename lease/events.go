@@ -52,28 +52,46 @@ type Subscription struct {
 	queue  []Event
 	ending bool // deliver what is queued, then close C
 	once   sync.Once
-	m      *Manager
+	relay  *relay
+}
+
+// relay hands the events of a Manager's leases to its subscriptions. Its
+// emit never blocks; close ends every subscription (Stop).
+type relay struct {
+	grace time.Duration // how long close waits for slow receivers: Config.ReleaseTimeout
+
+	mu     sync.Mutex
+	subs   []*Subscription
+	closed bool           // close ended the subscriptions
+	wg     sync.WaitGroup // the subscriptions' goroutines; Add under mu, before closed
+	drop   chan struct{}  // closed when close stops waiting for slow receivers
+}
+
+func newRelay(grace time.Duration) *relay {
+	return &relay{grace: grace, drop: make(chan struct{})}
 }
 
 // Subscribe returns a new Subscription to every event of this Manager's
 // leases from now on. Read C until it closes (after Stop), or call Close.
 // After Stop, it returns a Subscription whose C is closed.
-func (m *Manager) Subscribe() *Subscription {
+func (m *Manager) Subscribe() *Subscription { return m.events.subscribe() }
+
+func (r *relay) subscribe() *Subscription {
 	s := &Subscription{
 		ch: make(chan Event), ready: make(chan struct{}, 1), quit: make(chan struct{}),
-		done: make(chan struct{}), m: m,
+		done: make(chan struct{}), relay: r,
 	}
-	m.subMu.Lock()
-	defer m.subMu.Unlock()
-	if m.ended {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
 		close(s.ch)
 		close(s.done)
 		return s
 	}
-	m.subs = append(m.subs, s)
-	m.subWG.Add(1) // under subMu: Stop waits only after ended is set
+	r.subs = append(r.subs, s)
+	r.wg.Add(1)
 	go func() {
-		defer m.subWG.Done()
+		defer r.wg.Done()
 		s.run()
 	}()
 	return s
@@ -88,14 +106,15 @@ func (s *Subscription) C() <-chan Event { return s.ch }
 // is safe twice, and after Stop.
 func (s *Subscription) Close() {
 	s.once.Do(func() {
-		s.m.subMu.Lock()
-		for i, x := range s.m.subs {
+		r := s.relay
+		r.mu.Lock()
+		for i, x := range r.subs {
 			if x == s {
-				s.m.subs = append(s.m.subs[:i:i], s.m.subs[i+1:]...)
+				r.subs = append(r.subs[:i:i], r.subs[i+1:]...)
 				break
 			}
 		}
-		s.m.subMu.Unlock()
+		r.mu.Unlock()
 		close(s.quit)
 	})
 	<-s.done
@@ -149,7 +168,7 @@ func (s *Subscription) run() {
 			case s.ch <- e:
 			case <-s.quit:
 				return
-			case <-s.m.subDrop:
+			case <-s.relay.drop:
 				return
 			}
 		case ending:
@@ -166,37 +185,37 @@ func (s *Subscription) run() {
 
 // emit queues e for every subscriber. Callers that need their events in
 // order hold the lease's lock.
-func (m *Manager) emit(e Event) {
-	m.subMu.Lock()
-	defer m.subMu.Unlock()
-	for _, s := range m.subs {
+func (r *relay) emit(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.subs {
 		s.add(e)
 	}
 }
 
-// endSubscriptions makes every subscription close after its queued events
-// and waits for their goroutines: up to Config.ReleaseTimeout for the
-// events to be received, then it drops the rest.
-func (m *Manager) endSubscriptions() {
-	m.subMu.Lock()
-	subs := m.subs
-	m.subs = nil
-	m.ended = true
-	m.subMu.Unlock()
+// close makes every subscription close after its queued events and waits
+// for their goroutines: up to r.grace for the events to be received, then
+// it drops the rest.
+func (r *relay) close() {
+	r.mu.Lock()
+	subs := r.subs
+	r.subs = nil
+	r.closed = true
+	r.mu.Unlock()
 	for _, s := range subs {
 		s.end()
 	}
 	done := make(chan struct{})
 	go func() {
-		m.subWG.Wait()
+		r.wg.Wait()
 		close(done)
 	}()
-	t := time.NewTimer(m.releaseTimeout)
+	t := time.NewTimer(r.grace)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
-		close(m.subDrop)
+		close(r.drop)
 		<-done
 	}
 }

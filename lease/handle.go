@@ -150,7 +150,7 @@ func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duratio
 	}
 	l.mu.Lock() // so that Acquired is this lease's first event
 	l.timer = time.AfterFunc(max(l.deadline.Sub(m.now()), 0), l.onDeadline)
-	m.emit(l.event(Acquired, g.AcquiredAt, nil))
+	m.events.emit(l.event(Acquired, g.AcquiredAt, nil))
 	l.mu.Unlock()
 	return l
 }
@@ -202,7 +202,7 @@ func (l *Lease) endLocked(cause error) {
 	l.cause = cause
 	l.timer.Stop()
 	kind := endKind(cause)
-	l.m.emit(l.event(kind, time.Time{}, cause))
+	l.m.events.emit(l.event(kind, time.Time{}, cause))
 	if obs := l.m.observer; obs != nil {
 		l.obsEnd()
 		held := l.m.now().Sub(l.start)
@@ -372,7 +372,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.lastErr = nil
 	l.deadline = start.Add(ttl - l.margin)
 	l.timer.Reset(max(l.deadline.Sub(l.m.now()), 0))
-	l.m.emit(l.event(Renewed, g.RenewedAt, nil))
+	l.m.events.emit(l.event(Renewed, g.RenewedAt, nil))
 	return nil
 }
 

@@ -249,11 +249,7 @@ type Manager struct {
 	attempts sync.WaitGroup  // acquire attempts in flight; Add under qmu, before Stop
 	bg       sync.WaitGroup  // withdrawals of announcements; Add under qmu, before Stop
 
-	subMu   sync.Mutex
-	subs    []*Subscription
-	ended   bool           // Stop ended the subscriptions
-	subWG   sync.WaitGroup // the subscriptions' goroutines
-	subDrop chan struct{}  // closed when Stop stops waiting for slow subscribers
+	events *relay // the subscriptions (events.go)
 
 	lifeMu  sync.Mutex
 	started bool
@@ -324,7 +320,7 @@ func New(s Store, cfg *Config) (*Manager, error) {
 		rivals:           map[string]map[string]*rival{},
 		held:             map[string]*Lease{},
 		live:             map[*Lease]struct{}{},
-		subDrop:          make(chan struct{}),
+		events:           newRelay(cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout)),
 		listPage:         store.MaxListLimit,
 	}
 	if m.defaultTTL == 0 {
@@ -467,7 +463,7 @@ func (m *Manager) Stop() {
 	m.bg.Wait()
 	m.acquires.Close()
 	m.releases.Close()
-	m.endSubscriptions()
+	m.events.close()
 }
 
 // isStopping reports whether Stop was called.
