@@ -90,17 +90,13 @@ func (m *Manager) policyTTL(ctx context.Context, name string, requested time.Dur
 }
 
 // attempt makes one acquire attempt; with mark > 0 (a blocking acquire, see
-// waitMark), the backend marks the name wanted if it is held. Stop waits for
+// wantedFor), the backend marks the name wanted if it is held. Stop waits for
 // the attempts in flight: one granted once Stop began releases its grant.
 func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, mark time.Duration) (*Lease, error) {
-	m.qmu.Lock()
-	if m.isStopping() {
-		m.qmu.Unlock()
+	if !m.life.enter(&m.life.attempts) {
 		return nil, ErrStopped
 	}
-	m.attempts.Add(1) // under qmu: Stop waits only after stopping
-	m.qmu.Unlock()
-	defer m.attempts.Done()
+	defer m.life.attempts.Done()
 	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.defaultTTL))
 	if err != nil {
 		return nil, err
@@ -151,53 +147,34 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 // past its lease's local deadline (and was released).
 var errLateGrant = errors.New("the attempt took longer than the TTL less the safety margin")
 
-// register adds l to the Manager's live leases; false if the Manager is
+// register adds l to the Manager's holdings; false if the Manager is
 // stopping.
 func (m *Manager) register(l *Lease) bool {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	if m.isStopping() {
+	if m.life.stopping() {
 		return false
 	}
-	if l.Err() == nil {
-		m.held[l.name] = l
-		m.live[l] = struct{}{}
-	}
+	m.holdings.add(l)
 	return true
 }
 
 // unregister removes l, which is over, from the leases that hold their
 // names; it stays among the live leases until it is settled (retire).
 func (m *Manager) unregister(l *Lease) {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	if m.held[l.name] == l {
-		delete(m.held, l.name)
-		m.forgetRivals(l.name)
+	if m.holdings.drop(l) {
+		m.queues.forgetRivals(l.name)
 	}
-}
-
-// retire removes l, over and settled, from the live leases: Stop no longer
-// releases it.
-func (m *Manager) retire(l *Lease) {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	delete(m.live, l)
 }
 
 // goReleaseAfterEnd runs l.releaseAfterEnd in the background, owned by m
 // (Stop waits for it), and returns true; once Stop began, it returns false
 // (Stop releases the live leases, l among them). l.mu must be held.
 func (m *Manager) goReleaseAfterEnd(l *Lease) bool {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	if m.isStopping() {
+	if !m.life.enter(&m.life.background) {
 		return false
 	}
 	l.cleaning = true
-	m.bg.Add(1) // under qmu, not stopping: Stop waits for it
 	go func() {
-		defer m.bg.Done()
+		defer m.life.background.Done()
 		l.release()
 	}()
 	return true
@@ -294,9 +271,9 @@ func (e *heldWaitError) Unwrap() []error { return []error{e.ctxErr, e.held} }
 
 // acquire is the wait loop of a blocking acquire.
 func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
-	w := m.join(name)
+	w := m.queues.join(name)
 	acquired := false
-	defer func() { m.leave(name, w, acquired) }()
+	defer func() { m.queues.leave(name, w, acquired) }()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 10 * time.Millisecond
 	bo.MaxInterval = max(m.pollInterval, bo.InitialInterval)
@@ -309,15 +286,15 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 		return err
 	}
 	for {
-		if err := m.waitTurn(ctx, name, w); err != nil {
+		if err := m.queues.waitTurn(ctx, name, w); err != nil {
 			return nil, ended(err)
 		}
 		before := m.now()
-		mark := m.waitMark(name)
+		mark := m.wantedFor(name)
 		l, err := m.attempt(ctx, name, opts, mark)
 		if err == nil {
 			acquired = true
-			m.won(name)
+			m.queues.headAcquired(name)
 			return l, nil
 		}
 		after := m.now()
@@ -328,10 +305,10 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 			lastHeld = held
 			pause = min(m.jitteredPoll(), held.Remaining()+time.Millisecond)
 			// The backend read its clock about halfway through the attempt.
-			if next := m.sawHeld(ctx, name, w, held, before.Add(after.Sub(before)/2)); next > 0 {
+			if next := m.queues.headFoundHeld(ctx, name, w, held, before.Add(after.Sub(before)/2)); next > 0 {
 				pause = min(pause, next) // refresh the announcement in time
 			}
-			if mark == 0 && m.waitMark(name) > 0 {
+			if mark == 0 && m.wantedFor(name) > 0 {
 				pause = 0 // the lease of this Manager it did not mark for is gone: try again, marking
 			}
 			bo.Reset()
@@ -355,21 +332,18 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 	}
 }
 
-// waitMark returns how long a blocked acquire of name asks the backend to
+// wantedFor returns how long a blocked acquire of name asks the backend to
 // keep the name marked wanted when it finds it held (so that its release
 // notifies: store.AcquireLeaseParams.Wait): longer than the longest pause
 // before the first waiter tries again (a jittered poll, a hand-off grace,
 // a round trip). Zero, no mark, when nobody would hear the notice (the
 // watch does not run) or when this Manager holds the name: its release
 // wakes this process's waiters itself.
-func (m *Manager) waitMark(name string) time.Duration {
+func (m *Manager) wantedFor(name string) time.Duration {
 	if !m.watching.Load() {
 		return 0
 	}
-	m.qmu.Lock()
-	mine := m.held[name] != nil
-	m.qmu.Unlock()
-	if mine {
+	if m.holdings.get(name) != nil {
 		return 0
 	}
 	poll := min(m.pollInterval, store.MaxTTL)
@@ -390,13 +364,13 @@ func (m *Manager) pause(ctx context.Context, w *waiter, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-w.wake:
+	case <-w.woken:
 		return nil
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-m.stopping:
+	case <-m.life.done():
 		return ErrStopped
 	}
 }
@@ -513,205 +487,4 @@ func (m *Manager) acquireNext(ctx context.Context, name string, opts *AcquireOpt
 		return nil, context.Cause(wctx)
 	}
 	return l, err
-}
-
-// queue is the waiters of a name in this process, first first, and what
-// this process announced for the name (see fair.go).
-type queue struct {
-	waiters   []*waiter
-	announced time.Time // local: when the head last announced; zero: nothing out
-	since     time.Time // the ticket announced
-	reply     bool      // a newcomer announced itself: announce again
-	holding   bool      // the head holds back for a rival
-}
-
-// waiter is one blocked acquire.
-type waiter struct {
-	wake  chan struct{} // capacity 1
-	asked time.Time     // local: when the acquire began
-	since time.Time     // its ticket: asked by the backend's clock; zero until known
-
-	waited bool // it found the name held at least once (m.qmu)
-}
-
-func (w *waiter) poke() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// drain takes back a wake-up of w that is not acted on.
-func (w *waiter) drain() {
-	select {
-	case <-w.wake:
-	default:
-	}
-}
-
-// join queues a new waiter for name.
-func (m *Manager) join(name string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1), asked: m.now()}
-	m.qmu.Lock()
-	q := m.queues[name]
-	if q == nil {
-		q = &queue{}
-		m.queues[name] = q
-	}
-	q.waiters = append(q.waiters, w)
-	n := len(q.waiters)
-	m.qmu.Unlock()
-	if m.testHooks.waiting != nil {
-		m.testHooks.waiting(name, n)
-	}
-	return w
-}
-
-// leave removes w from the queue of name and wakes the next waiter. When
-// the queue empties because w gave up, this process's announcement for
-// name is withdrawn, in the background (see withdraw; Stop ends it); when w
-// acquired the name, the others learn it from the name's holding (see
-// refreshRivals).
-func (m *Manager) leave(name string, w *waiter, acquired bool) {
-	m.qmu.Lock()
-	q := m.queues[name]
-	i := slices.Index(q.waiters, w)
-	q.waiters = slices.Delete(q.waiters, i, i+1)
-	withdraw, announced := false, q.announced
-	switch {
-	case len(q.waiters) == 0:
-		delete(m.queues, name)
-		m.forgetRivals(name)
-		withdraw = !acquired && !announced.IsZero() && !m.isStopping()
-	case i == 0:
-		q.holding = false
-		q.waiters[0].poke()
-	}
-	if withdraw {
-		m.bg.Add(1) // under qmu, not stopping: Stop waits for it
-	}
-	m.qmu.Unlock()
-	if withdraw {
-		// In the background, so that the caller returns at once (its
-		// timeout passed, or its context ended); Stop ends it.
-		go func() {
-			defer m.bg.Done()
-			m.withdraw(name, announced)
-		}()
-	}
-}
-
-// withdraw withdraws this process's announcement for name, made at
-// announced (local), whose last waiter gave up. A new waiter of name may
-// have come since (the caller tried again at once), and its announcement
-// must not be undone by the withdrawal arriving after it: the others would
-// forget it. So the withdrawal is not sent when a queue of name exists (its
-// first waiter announces anew, or withdraws, in its turn: it takes the
-// announcement over), and a first waiter that announced while the
-// withdrawal was out announces again (as after missed notices) once the
-// withdrawal is through.
-func (m *Manager) withdraw(name string, announced time.Time) {
-	m.qmu.Lock()
-	if q := m.queues[name]; q != nil {
-		if q.announced.IsZero() {
-			q.announced = announced // so that it announces when it waits, or withdraws
-		}
-		m.qmu.Unlock()
-		return
-	}
-	m.qmu.Unlock()
-	m.announce(m.life, store.LeaseWaiter{Name: name, Waiter: m.owner})
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	if q := m.queues[name]; q != nil && !q.announced.IsZero() {
-		q.reply = true
-		q.waiters[0].poke()
-	}
-}
-
-// waitTurn waits until w is the first waiter of name and no older waiter
-// of another process is being given its turn (HandoffGrace). Before it
-// holds back, and whenever it is woken while it does, it reads the name's
-// holding: a rival seen holding it since it announced itself got its turn.
-func (m *Manager) waitTurn(ctx context.Context, name string, w *waiter) error {
-	refresh := true
-	for {
-		m.qmu.Lock()
-		q := m.queues[name]
-		first := q.waiters[0] == w
-		var hold time.Duration
-		if first {
-			hold = m.holdBack(name, w)
-		}
-		if hold > 0 && refresh {
-			m.qmu.Unlock()
-			refresh = false
-			m.refreshRivals(ctx, name)
-			continue
-		}
-		began := hold > 0 && !q.holding // a hold-back begins
-		if first {
-			q.holding = hold > 0
-		}
-		m.qmu.Unlock()
-		if first && hold <= 0 {
-			return nil
-		}
-		var timeout <-chan time.Time
-		var t *time.Timer
-		if first {
-			if began && m.testHooks.holding != nil {
-				m.testHooks.holding(name)
-			}
-			t = time.NewTimer(hold)
-			timeout = t.C
-		}
-		var err error
-		select {
-		case <-w.wake:
-			refresh = true
-		case <-timeout:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-m.stopping:
-			err = ErrStopped
-		}
-		if t != nil {
-			t.Stop()
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
-
-// wakeHead wakes the first waiter of name, if any.
-func (m *Manager) wakeHead(name string) {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	if q := m.queues[name]; q != nil {
-		q.waiters[0].poke()
-	}
-}
-
-// pollHeads wakes the first waiter of every name to try again, as a
-// notice of a release would have: the backend's watch hears nothing
-// (store.Poller).
-func (m *Manager) pollHeads() {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	for _, q := range m.queues {
-		q.waiters[0].poke()
-	}
-}
-
-// wakeAllHeads wakes the first waiter of every name; the heads that
-// announced themselves will announce again (notices may have been missed).
-func (m *Manager) wakeAllHeads() {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	for _, q := range m.queues {
-		q.reply = !q.announced.IsZero()
-		q.waiters[0].poke()
-	}
 }

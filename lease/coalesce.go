@@ -83,7 +83,7 @@ func (m *Manager) releaseOrphans(ctx context.Context, _ []store.AcquireLeaseRequ
 		if err != nil {
 			m.logger.Warn("lease: release of an abandoned acquire failed; it will expire", slog.String("name", hs[i].Name), slog.Any("error", err))
 		}
-		m.wakeHead(hs[i].Name)
+		m.queues.wakeHead(hs[i].Name)
 	}
 }
 

@@ -94,7 +94,7 @@
 // commit notifying transactions one at a time, cluster-wide).
 //
 // Across processes the hand-off is roughly first come, first served (see
-// fair.go): the first waiter of each process that finds the name held
+// docs/internals/leases.md): the first waiter of each process that finds the name held
 // announces itself to the others (a notice, no table write) with the time
 // it asked by the backend's clock; when the name may be free, a first
 // waiter that knows of an older waiter elsewhere holds back for

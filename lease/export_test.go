@@ -17,13 +17,7 @@ func OnWanted(m *Manager, f func(w store.LeaseWaiter)) { m.testHooks.wanted = f 
 // Rivals returns how many announcements of other processes' waiters m
 // keeps.
 func Rivals(m *Manager) int {
-	m.qmu.Lock()
-	defer m.qmu.Unlock()
-	n := 0
-	for _, rs := range m.rivals {
-		n += len(rs)
-	}
-	return n
+	return m.queues.rivalCount()
 }
 
 // OnReset makes m call f whenever its watch starts listening. Set it before

@@ -247,7 +247,7 @@ func (l *Lease) settleLocked() {
 		return
 	}
 	if !l.unsure { // else Stop began, and releases it with the live leases
-		l.m.retire(l)
+		l.m.holdings.retire(l)
 	}
 }
 
@@ -473,7 +473,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.releasedDB, l.released = true, true
 	l.settleLocked() // kept among the live leases until released, if a renewal's outcome was unknown
 	l.mu.Unlock()
-	l.m.wakeHead(l.name)
+	l.m.queues.wakeHead(l.name)
 	return nil
 }
 

@@ -17,7 +17,7 @@ import (
 type keepAlive struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
-	poke     chan struct{}     // capacity 1: renew now (a notice said the name was freed)
+	renewNow chan struct{}     // capacity 1: renew now (a notice said the name was freed)
 	requests chan renewRequest // TryRenewNow: renew once now and answer
 }
 
@@ -50,18 +50,14 @@ func (l *Lease) KeepAlive() error {
 	}
 	// No loop starts once Stop began: Stop waits for the loops, and ends
 	// those it does not stop by releasing their leases (loopCtx).
-	l.m.qmu.Lock()
-	if l.m.isStopping() {
-		l.m.qmu.Unlock()
+	if !l.m.life.enter(&l.m.life.loops) {
 		return ErrStopped
 	}
-	l.m.loops.Add(1)
-	l.m.qmu.Unlock()
-	ctx, cancel := context.WithCancel(l.m.loopCtx)
-	k := &keepAlive{cancel: cancel, done: make(chan struct{}), poke: make(chan struct{}, 1), requests: make(chan renewRequest)}
+	ctx, cancel := context.WithCancel(l.m.life.loopCtx)
+	k := &keepAlive{cancel: cancel, done: make(chan struct{}), renewNow: make(chan struct{}, 1), requests: make(chan renewRequest)}
 	l.keepAlive = k
 	go func() {
-		defer l.m.loops.Done()
+		defer l.m.life.loops.Done()
 		defer close(k.done)
 		defer cancel() // frees ctx from loopCtx when the loop ends on its own
 		l.renewLoop(ctx, k)
@@ -92,14 +88,14 @@ func (l *Lease) dropKeepAlive() {
 	l.mu.Unlock()
 }
 
-// poke makes a running keep-alive renew now.
-func (l *Lease) poke() {
+// renewNow makes a running keep-alive renew now.
+func (l *Lease) renewNow() {
 	l.mu.Lock()
 	k := l.keepAlive
 	l.mu.Unlock()
 	if k != nil {
 		select {
-		case k.poke <- struct{}{}:
+		case k.renewNow <- struct{}{}:
 		default:
 		}
 	}
@@ -182,7 +178,7 @@ func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
 			return
 		case <-l.over:
 			return
-		case <-k.poke:
+		case <-k.renewNow:
 		case req = <-k.requests:
 		case <-timer.C:
 		}
@@ -295,6 +291,6 @@ func (l *Lease) release() {
 	l.settleLocked()
 	l.mu.Unlock()
 	if ok {
-		l.m.wakeHead(l.name)
+		l.m.queues.wakeHead(l.name)
 	}
 }

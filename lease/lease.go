@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -236,31 +235,10 @@ type Manager struct {
 	logger           *slog.Logger
 	now              func() time.Time
 
-	qmu      sync.Mutex
-	queues   map[string]*queue            // waiters of blocking acquires, per name
-	rivals   map[string]map[string]*rival // name -> owner -> waiter of another process (fair.go)
-	refDB    time.Time                    // the backend's clock at refLocal (the last held error)
-	refLocal time.Time                    // local
-	held     map[string]*Lease            // this Manager's live leases, by name: the latest
-	live     map[*Lease]struct{}          // every live lease (one superseded unknowingly too)
-	life     context.Context              // cancelled (cause ErrStopped) by Stop, under qmu
-	endLife  context.CancelCauseFunc
-	stopping <-chan struct{} // life.Done(): closed by Stop
-	attempts sync.WaitGroup  // acquire attempts in flight; Add under qmu, before Stop
-	bg       sync.WaitGroup  // withdrawals of announcements; Add under qmu, before Stop
-
-	events *relay // the subscriptions (events.go)
-
-	lifeMu  sync.Mutex
-	started bool
-	stopped bool
-	cancel  context.CancelCauseFunc
-	wg      sync.WaitGroup // Start's goroutines
-	loops   sync.WaitGroup // the leases' keep-alive loops
-	runs    sync.WaitGroup // the calls of Run
-
-	loopCtx  context.Context         // the parent of the keep-alive loops' contexts
-	endLoops context.CancelCauseFunc // called by Stop once it released every live lease
+	life     *lifecycle // Start, Stop, and the work Stop waits for (lifecycle.go)
+	holdings *holdings  // the leases this Manager holds (holdings.go)
+	queues   *queues    // blocked acquires, and the other processes' waiters (queue.go)
+	events   *relay     // the subscriptions (events.go)
 
 	acquires *batch.Batcher[store.AcquireLeaseRequest, store.AcquireLeaseResult] // coalesce.go
 	releases *batch.Batcher[store.LeaseHolding, error]
@@ -316,10 +294,8 @@ func New(s Store, cfg *Config) (*Manager, error) {
 		releaseTimeout:   cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout),
 		logger:           cfg.Logger,
 		now:              cfg.Now,
-		queues:           map[string]*queue{},
-		rivals:           map[string]map[string]*rival{},
-		held:             map[string]*Lease{},
-		live:             map[*Lease]struct{}{},
+		life:             newLifecycle(),
+		holdings:         newHoldings(),
 		events:           newRelay(cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout)),
 		listPage:         store.MaxListLimit,
 	}
@@ -363,169 +339,13 @@ func New(s Store, cfg *Config) (*Manager, error) {
 	if m.now == nil {
 		m.now = time.Now
 	}
-	m.life, m.endLife = context.WithCancelCause(context.Background())
-	m.stopping = m.life.Done()
-	m.loopCtx, m.endLoops = context.WithCancelCause(context.Background())
+	m.queues = newQueues(m)
 	m.newBatchers()
 	return m, nil
 }
 
 // Owner returns the owner this Manager acquires leases as.
 func (m *Manager) Owner() string { return m.owner }
-
-// Start starts the background work and returns: the watch of the backend's
-// notices (releases wake blocked acquires at once; force-releases end kept-
-// alive leases at once) and the maintenance loop (CleanupInterval). The
-// goroutines run until Stop or until ctx ends. Start after Stop fails with
-// ErrStopped; a second Start does nothing.
-func (m *Manager) Start(ctx context.Context) error {
-	m.lifeMu.Lock()
-	defer m.lifeMu.Unlock()
-	switch {
-	case m.stopped:
-		return ErrStopped
-	case m.started:
-		return nil
-	}
-	m.started = true
-	ctx, m.cancel = context.WithCancelCause(ctx)
-	m.watching.Store(true)
-	m.wg.Go(func() {
-		err := m.store.WatchLeases(ctx, sink{m})
-		m.watching.Store(false)
-		if err != nil && ctx.Err() == nil {
-			m.logger.Error("lease: watch ended; blocked acquires fall back to polling", slog.Any("error", err))
-		}
-	})
-	if m.cleanupInterval > 0 {
-		m.wg.Go(func() { m.maintain(ctx) })
-	}
-	return nil
-}
-
-// Stop shuts the Manager down gracefully: blocked acquires return
-// ErrStopped, the functions of Run see their contexts end and Stop waits
-// for them to return, the acquire attempts in flight are waited for (each
-// bounded by its caller's context, or by Config.QueryTimeout when it shares
-// a backend call: an attempt granted once Stop began releases its grant and
-// fails with ErrStopped), every lease this Manager holds is released (each
-// release bounded by Config.ReleaseTimeout; a lease whose release fails
-// still ends here and expires in the backend), the keep-alive loops, the
-// background goroutines and the backend calls shared by several callers
-// are stopped and waited for, and every Subscription delivers its remaining
-// events (for up to Config.ReleaseTimeout; what a subscriber has not
-// received by then is dropped), closes its C, and its goroutine is waited
-// for. The leases already over whose backend holding may outlive them (a
-// renewal of unknown outcome, see Lease.Renew) are released too, or their
-// releases in the background waited for. Once Stop returns, this Manager
-// holds no lease in the backend but those whose release failed. It is safe
-// before Start and twice.
-func (m *Manager) Stop() {
-	m.lifeMu.Lock()
-	m.stopped = true
-	cancel := m.cancel
-	m.lifeMu.Unlock()
-
-	m.qmu.Lock()
-	m.endLife(ErrStopped) // under qmu: no lease, loop, run, attempt or withdrawal starts after this
-	m.qmu.Unlock()
-	m.runs.Wait() // their functions return, then they release their leases
-	if m.testHooks.drain != nil {
-		m.testHooks.drain()
-	}
-	m.attempts.Wait() // each returned its lease (live: released below) or released it
-	m.qmu.Lock()
-	held := make([]*Lease, 0, len(m.live))
-	for l := range m.live {
-		held = append(held, l)
-	}
-	m.qmu.Unlock()
-	var wg sync.WaitGroup
-	for _, l := range held {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), m.releaseTimeout)
-			defer cancel()
-			if err := l.Close(ctx); err != nil {
-				m.logger.Warn("lease: release at stop failed; the lease will expire", slog.String("name", l.name), slog.Any("error", err))
-			}
-		})
-	}
-	wg.Wait()
-
-	// The loops left are those of leases already over, one maybe still in
-	// a backend call: end them.
-	m.endLoops(ErrStopped)
-	if cancel != nil {
-		cancel(ErrStopped)
-	}
-	m.wg.Wait()
-	m.loops.Wait()
-	m.bg.Wait()
-	m.acquires.Close()
-	m.releases.Close()
-	m.events.close()
-}
-
-// isStopping reports whether Stop was called.
-func (m *Manager) isStopping() bool {
-	select {
-	case <-m.stopping:
-		return true
-	default:
-		return false
-	}
-}
-
-// sink receives the backend's notices.
-type sink struct{ m *Manager }
-
-// Freed wakes the first waiter of name, and makes a kept-alive lease of this
-// Manager on name renew now: if an operator force-released it, it learns so
-// at once.
-func (s sink) Freed(name string) {
-	if s.m.testHooks.freed != nil {
-		s.m.testHooks.freed(name)
-	}
-	s.m.wakeHead(name)
-	s.m.qmu.Lock()
-	l := s.m.held[name]
-	s.m.qmu.Unlock()
-	if l != nil {
-		l.poke()
-	}
-}
-
-// Wanted records the announcement of a waiter of another process.
-func (s sink) Wanted(w store.LeaseWaiter) {
-	s.m.heard(w)
-	if s.m.testHooks.wanted != nil && w.Waiter != s.m.owner {
-		s.m.testHooks.wanted(w)
-	}
-}
-
-// Poll wakes every first waiter to try again: the backend's watch hears
-// nothing (store.Poller), so a release may have gone unheard. Kept-alive
-// leases renew at their own pace; a force-release is then learnt at the
-// next renewal.
-func (s sink) Poll() { s.m.pollHeads() }
-
-// Reset wakes every first waiter and makes every kept-alive lease renew now:
-// notices may have been missed.
-func (s sink) Reset() {
-	if s.m.testHooks.reset != nil {
-		defer s.m.testHooks.reset()
-	}
-	s.m.wakeAllHeads()
-	s.m.qmu.Lock()
-	held := make([]*Lease, 0, len(s.m.held))
-	for _, l := range s.m.held {
-		held = append(held, l)
-	}
-	s.m.qmu.Unlock()
-	for _, l := range held {
-		l.poke()
-	}
-}
 
 // queryContext bounds a background statement.
 func (m *Manager) queryContext(ctx context.Context) (context.Context, context.CancelFunc) {

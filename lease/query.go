@@ -116,13 +116,10 @@ func (m *Manager) ForceRelease(ctx context.Context, owner string) ([]Info, error
 		return nil, fmt.Errorf("lease: force release %s: %w", store.QuoteInput(owner), err)
 	}
 	for _, info := range ls {
-		m.qmu.Lock()
-		l := m.held[info.Name]
-		m.qmu.Unlock()
-		if l != nil && l.fence == info.Fence && l.owner == info.Owner {
+		if l := m.holdings.get(info.Name); l != nil && l.fence == info.Fence && l.owner == info.Owner {
 			l.end(fmt.Errorf("%w: %s", ErrForceReleased, store.QuoteInput(l.name)))
 		}
-		m.wakeHead(info.Name)
+		m.queues.wakeHead(info.Name)
 	}
 	return ls, nil
 }
