@@ -110,7 +110,7 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 	}
 	req := store.AcquireLeaseRequest{Name: name, Owner: m.owner, TTL: ttl, MaxRenewals: maxRenewals, Wait: mark}
 	start := m.now()
-	g, err := m.acquireLease(ctx, req)
+	g, err := m.calls.acquire(ctx, req)
 	if err != nil {
 		return nil, err
 	}

@@ -109,7 +109,7 @@
 // # Coalescing
 //
 // Concurrent acquires of a Manager share backend calls, and so do its
-// concurrent releases (see coalesce.go): on PostgreSQL, the acquires that
+// concurrent releases (see docs/internals/leases.md): on PostgreSQL, the acquires that
 // queue while one statement runs go in the next one, each with the outcome
 // it would have had alone, so many goroutines cost a few statements and
 // commits per round rather than one each. A call that finds nothing in

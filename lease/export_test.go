@@ -62,20 +62,20 @@ func SetListPage(m *Manager, n int) { m.listPage = n }
 
 // Queued returns how many acquires and releases of m wait for a batch.
 func Queued(m *Manager) (acquires, releases int) {
-	return m.acquires.Queued(), m.releases.Queued()
+	return m.calls.acquires.Queued(), m.calls.releases.Queued()
 }
 
 // SetWaveClock makes m's batching read now instead of the time.
-func SetWaveClock(m *Manager, now func() time.Time) { m.wave.SetClock(now) }
+func SetWaveClock(m *Manager, now func() time.Time) { m.calls.wave.SetClock(now) }
 
 // SetWaveWait makes m's leaders wait for a wave at least d (instead of a
 // share of the last backend call, which the memory backend makes tiny).
-func SetWaveWait(m *Manager, d time.Duration) { m.wave.SetMinWait(d) }
+func SetWaveWait(m *Manager, d time.Duration) { m.calls.wave.SetMinWait(d) }
 
 // InFlight returns how many backend calls of m's acquires and releases are
 // out.
 func InFlight(m *Manager) (acquires, releases int) {
-	return m.acquires.InFlight(), m.releases.InFlight()
+	return m.calls.acquires.InFlight(), m.calls.releases.InFlight()
 }
 
 // FireDeadline runs l's local-deadline timer now, as when it fires: the

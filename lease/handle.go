@@ -464,7 +464,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return fmt.Errorf("lease: release %s: %w", store.QuoteInput(l.name), ErrReleased)
 	}
 	if !inDB { // else the keep-alive released it when it gave it up
-		err := l.m.releaseLease(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
+		err := l.m.calls.release(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
 		if err != nil && !errors.Is(err, ErrReleased) { // ErrReleased: a retry whose first attempt went through
 			return fmt.Errorf("lease: release %s: %w", store.QuoteInput(l.name), err)
 		}

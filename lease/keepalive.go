@@ -279,7 +279,7 @@ func (l *Lease) release() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.m.releaseTimeout)
 	defer cancel()
-	err := l.m.releaseLease(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
+	err := l.m.calls.release(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
 	ok := err == nil || errors.Is(err, ErrReleased)
 	if !ok {
 		l.m.logger.Warn("lease: release of a lease that ended failed; it will expire", slog.String("name", l.name), slog.Any("error", err))

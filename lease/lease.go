@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/seqlease/seqlease/internal/batch"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -240,9 +239,7 @@ type Manager struct {
 	queues   *queues    // blocked acquires, and the other processes' waiters (queue.go)
 	events   *relay     // the subscriptions (events.go)
 
-	acquires *batch.Batcher[store.AcquireLeaseRequest, store.AcquireLeaseResult] // coalesce.go
-	releases *batch.Batcher[store.LeaseHolding, error]
-	wave     *batch.Wave // shared by acquires and releases
+	calls    *coalescer  // acquires and releases sharing backend calls (coalesce.go)
 	watching atomic.Bool // the watch of the backend's notices runs
 
 	listPage  int // holdings per ListLeases statement: store.MaxListLimit
@@ -340,7 +337,7 @@ func New(s Store, cfg *Config) (*Manager, error) {
 		m.now = time.Now
 	}
 	m.queues = newQueues(m)
-	m.newBatchers()
+	m.calls = newCoalescer(m)
 	return m, nil
 }
 

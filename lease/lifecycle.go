@@ -137,8 +137,7 @@ func (m *Manager) Stop() {
 	lc.services.Wait()
 	lc.loops.Wait()
 	lc.background.Wait()
-	m.acquires.Close()
-	m.releases.Close()
+	m.calls.close()
 	m.events.close()
 }
 
