@@ -58,7 +58,7 @@ func (m *Manager) checkOpts(name string, opts *AcquireOpts) error {
 	if err := store.ValidateLeaseName(name); err != nil {
 		return err
 	}
-	if err := store.ValidateTTL(cmp.Or(opts.TTL, m.defaultTTL), m.maxTTL); err != nil {
+	if err := store.ValidateTTL(cmp.Or(opts.TTL, m.cfg.DefaultTTL), m.cfg.MaxTTL); err != nil {
 		return err
 	}
 	if opts.MaxRenewals < -1 {
@@ -72,18 +72,18 @@ func (m *Manager) checkOpts(name string, opts *AcquireOpts) error {
 
 // observeAcquire tells the observer an acquisition's outcome.
 func (m *Manager) observeAcquire(ctx context.Context, opts *AcquireOpts, err error) {
-	if m.observer != nil {
-		m.observer.Acquire(ctx, opts.Kind, err)
+	if m.cfg.Observer != nil {
+		m.cfg.Observer.Acquire(ctx, opts.Kind, err)
 	}
 }
 
 // policyTTL returns the TTL the policy chooses for a request.
 func (m *Manager) policyTTL(ctx context.Context, name string, requested time.Duration) (time.Duration, error) {
-	if m.policy == nil {
+	if m.cfg.TTLPolicy == nil {
 		return requested, nil
 	}
-	ttl := m.policy.TTL(ctx, name, requested)
-	if err := store.ValidateTTL(ttl, m.maxTTL); err != nil {
+	ttl := m.cfg.TTLPolicy.TTL(ctx, name, requested)
+	if err := store.ValidateTTL(ttl, m.cfg.MaxTTL); err != nil {
 		return 0, fmt.Errorf("TTLPolicy chose %v for %v: %w", ttl, requested, err)
 	}
 	return ttl, nil
@@ -97,19 +97,19 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 		return nil, ErrStopped
 	}
 	defer m.life.attempts.Done()
-	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.defaultTTL))
+	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.cfg.DefaultTTL))
 	if err != nil {
 		return nil, err
 	}
-	maxRenewals := m.maxRenewals
+	maxRenewals := m.cfg.MaxRenewals
 	switch {
 	case opts.MaxRenewals > 0:
 		maxRenewals = opts.MaxRenewals
 	case opts.MaxRenewals == -1:
 		maxRenewals = 0
 	}
-	req := store.AcquireLeaseRequest{Name: name, Owner: m.owner, TTL: ttl, MaxRenewals: maxRenewals, Wait: mark}
-	start := m.now()
+	req := store.AcquireLeaseRequest{Name: name, Owner: m.cfg.Owner, TTL: ttl, MaxRenewals: maxRenewals, Wait: mark}
+	start := m.cfg.Now()
 	g, err := m.calls.acquire(ctx, req)
 	if err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 	l := m.newLease(g, start, ttl, opts.Kind)
 	// free releases the grant rather than leave it to the backend's expiry.
 	free := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ReleaseTimeout)
 		defer cancel()
 		_ = l.Close(rctx)
 	}
@@ -276,7 +276,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 	defer func() { m.queues.leave(name, w, acquired) }()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 10 * time.Millisecond
-	bo.MaxInterval = max(m.pollInterval, bo.InitialInterval)
+	bo.MaxInterval = max(m.cfg.PollInterval, bo.InitialInterval)
 	bo.MaxElapsedTime = 0
 	var lastHeld *HeldError
 	ended := func(err error) error {
@@ -289,7 +289,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 		if err := m.queues.waitTurn(ctx, name, w); err != nil {
 			return nil, ended(err)
 		}
-		before := m.now()
+		before := m.cfg.Now()
 		mark := m.wantedFor(name)
 		l, err := m.attempt(ctx, name, opts, mark)
 		if err == nil {
@@ -297,7 +297,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 			m.queues.headAcquired(name)
 			return l, nil
 		}
-		after := m.now()
+		after := m.cfg.Now()
 		var held *HeldError
 		var pause time.Duration
 		switch {
@@ -324,7 +324,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (
 				w.drain()
 			}
 			pause = bo.NextBackOff()
-			m.logger.Warn("lease: acquire failed, retrying", slog.String("name", name), slog.Any("error", err), slog.Duration("pause", pause))
+			m.cfg.Logger.Warn("lease: acquire failed, retrying", slog.String("name", name), slog.Any("error", err), slog.Duration("pause", pause))
 		}
 		if err := m.pause(ctx, w, pause); err != nil {
 			return nil, ended(err)
@@ -346,17 +346,17 @@ func (m *Manager) wantedFor(name string) time.Duration {
 	if m.holdings.get(name) != nil {
 		return 0
 	}
-	poll := min(m.pollInterval, store.MaxTTL)
-	return min(poll+poll/5+min(m.handoffGrace, store.MaxTTL)+time.Second, store.MaxTTL)
+	poll := min(m.cfg.PollInterval, store.MaxTTL)
+	return min(poll+poll/5+min(m.cfg.HandoffGrace, store.MaxTTL)+time.Second, store.MaxTTL)
 }
 
 // jitteredPoll returns the poll interval ±20%.
 func (m *Manager) jitteredPoll() time.Duration {
-	spread := m.pollInterval / 5
+	spread := m.cfg.PollInterval / 5
 	if spread <= 0 {
-		return m.pollInterval
+		return m.cfg.PollInterval
 	}
-	return m.pollInterval - spread + rand.N(2*spread+1)
+	return m.cfg.PollInterval - spread + rand.N(2*spread+1)
 }
 
 // pause waits d, or until w is woken, ctx ends or the Manager stops.
@@ -421,11 +421,11 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 	}
 	out := make([]*Lease, 0, len(sorted))
 	fail := func(name string, err error) ([]*Lease, error) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ReleaseTimeout)
 		defer cancel()
 		for _, got := range out {
 			if rerr := got.Close(rctx); rerr != nil {
-				m.logger.Warn("lease: rollback of acquire all: release failed; the lease will expire", slog.String("name", got.name), slog.Any("error", rerr))
+				m.cfg.Logger.Warn("lease: rollback of acquire all: release failed; the lease will expire", slog.String("name", got.name), slog.Any("error", rerr))
 			}
 		}
 		return nil, fmt.Errorf("lease: acquire all: %s: %w", store.QuoteInput(name), err)

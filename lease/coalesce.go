@@ -30,7 +30,7 @@ func newCoalescer(m *Manager) *coalescer {
 	ip, local := m.store.(store.InProcess)
 	local = local && ip.InProcess()
 	early, _ := m.store.(store.EarlyAcquirer)
-	c := &coalescer{store: m.store, noHistory: m.noHistory, wave: batch.NewWave()}
+	c := &coalescer{store: m.store, noHistory: m.cfg.DisableHistory, wave: batch.NewWave()}
 	c.acquires = batch.New(batch.Config[store.AcquireLeaseRequest, store.AcquireLeaseResult]{
 		Send: func(ctx context.Context, reqs []store.AcquireLeaseRequest, decided func()) []store.AcquireLeaseResult {
 			p := &store.LeaseBatchParams{NoHistory: c.noHistory}
@@ -42,7 +42,7 @@ func newCoalescer(m *Manager) *coalescer {
 		Orphans:     m.releaseOrphans,
 		MaxBatch:    maxBatch,
 		MaxInFlight: 2, // one being decided, one whose commit is being made durable
-		Timeout:     m.queryTimeout,
+		Timeout:     m.cfg.QueryTimeout,
 		Direct:      local,
 		Wave:        c.wave,
 		Async:       true,
@@ -52,7 +52,7 @@ func newCoalescer(m *Manager) *coalescer {
 			return c.store.ReleaseLeases(ctx, reqs, &store.LeaseBatchParams{NoHistory: c.noHistory})
 		},
 		MaxBatch: maxBatch,
-		Timeout:  m.queryTimeout,
+		Timeout:  m.cfg.QueryTimeout,
 		Direct:   local,
 		Wave:     c.wave,
 		Async:    true,
@@ -96,11 +96,11 @@ func (m *Manager) releaseOrphans(ctx context.Context, _ []store.AcquireLeaseRequ
 	if len(hs) == 0 {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ReleaseTimeout)
 	defer cancel()
-	for i, err := range m.store.ReleaseLeases(rctx, hs, &store.LeaseBatchParams{NoHistory: m.noHistory}) {
+	for i, err := range m.store.ReleaseLeases(rctx, hs, &store.LeaseBatchParams{NoHistory: m.cfg.DisableHistory}) {
 		if err != nil {
-			m.logger.Warn("lease: release of an abandoned acquire failed; it will expire", slog.String("name", hs[i].Name), slog.Any("error", err))
+			m.cfg.Logger.Warn("lease: release of an abandoned acquire failed; it will expire", slog.String("name", hs[i].Name), slog.Any("error", err))
 		}
 		m.queues.wakeHead(hs[i].Name)
 	}

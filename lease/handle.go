@@ -102,7 +102,7 @@ func (l *Lease) Remaining() time.Duration {
 	if l.cause != nil {
 		return 0
 	}
-	return max(l.deadline.Sub(l.m.now()), 0)
+	return max(l.deadline.Sub(l.m.cfg.Now()), 0)
 }
 
 // Done returns a channel that is closed when the lease is over.
@@ -145,11 +145,11 @@ func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duratio
 		over: make(chan struct{}), renewing: make(chan struct{}, 1), releasing: make(chan struct{}, 1),
 	}
 	l.deadline = start.Add(ttl - l.margin)
-	if m.observer != nil {
-		l.obsEnd = m.observer.Held(kind)
+	if m.cfg.Observer != nil {
+		l.obsEnd = m.cfg.Observer.Held(kind)
 	}
 	l.mu.Lock() // so that Acquired is this lease's first event
-	l.timer = time.AfterFunc(max(l.deadline.Sub(m.now()), 0), l.onDeadline)
+	l.timer = time.AfterFunc(max(l.deadline.Sub(m.cfg.Now()), 0), l.onDeadline)
 	m.events.emit(l.event(Acquired, g.AcquiredAt, nil))
 	l.mu.Unlock()
 	return l
@@ -157,10 +157,10 @@ func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duratio
 
 // marginFor returns the safety margin of a lease of ttl.
 func (m *Manager) marginFor(ttl time.Duration) time.Duration {
-	if m.safetyMargin == 0 {
+	if m.cfg.SafetyMargin == 0 {
 		return min(DefaultSafetyMargin, ttl/10)
 	}
-	return min(m.safetyMargin, ttl/2)
+	return min(m.cfg.SafetyMargin, ttl/2)
 }
 
 // onDeadline ends the lease when its local deadline passed without a
@@ -171,7 +171,7 @@ func (l *Lease) onDeadline() {
 	if l.cause != nil {
 		return
 	}
-	if left := l.deadline.Sub(l.m.now()); left > 0 { // renewed meanwhile
+	if left := l.deadline.Sub(l.m.cfg.Now()); left > 0 { // renewed meanwhile
 		l.timer.Reset(left)
 		return
 	}
@@ -203,9 +203,9 @@ func (l *Lease) endLocked(cause error) {
 	l.timer.Stop()
 	kind := endKind(cause)
 	l.m.events.emit(l.event(kind, time.Time{}, cause))
-	if obs := l.m.observer; obs != nil {
+	if obs := l.m.cfg.Observer; obs != nil {
 		l.obsEnd()
-		held := l.m.now().Sub(l.start)
+		held := l.m.cfg.Now().Sub(l.start)
 		if kind == Released {
 			obs.Released(context.Background(), l.kind, held)
 		} else {
@@ -306,7 +306,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	defer func() { <-l.renewing }()
 	l.mu.Lock()
 	cause, ttl := l.cause, l.ttl
-	left := l.deadline.Sub(l.m.now()) // fixed while this renewal has its turn
+	left := l.deadline.Sub(l.m.cfg.Now()) // fixed while this renewal has its turn
 	l.mu.Unlock()
 	switch {
 	case cause != nil:
@@ -321,9 +321,9 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if !l.send(rctx) {
 		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), cmp.Or(l.Err(), rctx.Err()))
 	}
-	start := l.m.now()
-	g, serr := l.m.store.RenewLease(rctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.noHistory})
-	if obs := l.m.observer; obs != nil {
+	start := l.m.cfg.Now()
+	g, serr := l.m.store.RenewLease(rctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.cfg.DisableHistory})
+	if obs := l.m.cfg.Observer; obs != nil {
 		obs.Renew(ctx, l.kind, serr)
 	}
 	l.mu.Lock()
@@ -371,7 +371,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 	l.renewedAt, l.expiresAt, l.renewals = g.RenewedAt, g.ExpiresAt, g.Renewals
 	l.lastErr = nil
 	l.deadline = start.Add(ttl - l.margin)
-	l.timer.Reset(max(l.deadline.Sub(l.m.now()), 0))
+	l.timer.Reset(max(l.deadline.Sub(l.m.cfg.Now()), 0))
 	l.m.events.emit(l.event(Renewed, g.RenewedAt, nil))
 	return nil
 }

@@ -149,8 +149,8 @@ func (l *Lease) nextRenewal() time.Duration {
 	l.mu.Lock()
 	ttl := l.ttl
 	l.mu.Unlock()
-	share := time.Duration(float64(ttl) * l.m.renewShare)
-	jitter := min(l.m.maxJitter, ttl/10)
+	share := time.Duration(float64(ttl) * l.m.cfg.RenewShare)
+	jitter := min(l.m.cfg.MaxJitter, ttl/10)
 	pause := share
 	if jitter > 0 {
 		pause += rand.N(jitter + 1)
@@ -248,7 +248,7 @@ func (l *Lease) renewRetrying(ctx context.Context) error {
 			return backoff.Permanent(err)
 		}
 		if rctx.Err() == nil {
-			l.m.logger.Warn("lease: renewal failed, retrying", slog.String("name", l.name), slog.Any("error", err))
+			l.m.cfg.Logger.Warn("lease: renewal failed, retrying", slog.String("name", l.name), slog.Any("error", err))
 		}
 		return err
 	}, backoff.WithContext(bo, rctx))
@@ -277,12 +277,12 @@ func (l *Lease) release() {
 	if l.m.testHooks.cleanup != nil {
 		l.m.testHooks.cleanup(l.name, l.fence)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.m.releaseTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.m.cfg.ReleaseTimeout)
 	defer cancel()
 	err := l.m.calls.release(ctx, store.LeaseHolding{Name: l.name, Owner: l.owner, Fence: l.fence})
 	ok := err == nil || errors.Is(err, ErrReleased)
 	if !ok {
-		l.m.logger.Warn("lease: release of a lease that ended failed; it will expire", slog.String("name", l.name), slog.Any("error", err))
+		l.m.cfg.Logger.Warn("lease: release of a lease that ended failed; it will expire", slog.String("name", l.name), slog.Any("error", err))
 	}
 	l.mu.Lock()
 	l.cleaning = false

@@ -214,25 +214,8 @@ type Observer interface {
 // releases) share backend calls: on PostgreSQL, one statement and one
 // commit for every call that queued while the previous one ran.
 type Manager struct {
-	store            Store
-	owner            string
-	defaultTTL       time.Duration
-	maxTTL           time.Duration
-	maxRenewals      int
-	renewShare       float64
-	maxJitter        time.Duration
-	safetyMargin     time.Duration
-	pollInterval     time.Duration
-	handoffGrace     time.Duration
-	cleanupInterval  time.Duration
-	historyRetention time.Duration
-	noHistory        bool
-	policy           TTLPolicy
-	observer         Observer
-	queryTimeout     time.Duration
-	releaseTimeout   time.Duration
-	logger           *slog.Logger
-	now              func() time.Time
+	store Store
+	cfg   Config // with the defaults filled in
 
 	life     *lifecycle // Start, Stop, and the work Stop waits for (lifecycle.go)
 	holdings *holdings  // the leases this Manager holds (holdings.go)
@@ -271,70 +254,63 @@ func New(s Store, cfg *Config) (*Manager, error) {
 	if cfg == nil {
 		cfg = &Config{}
 	}
+	c := *cfg
+	c.MaxTTL = cmp.Or(c.MaxTTL, DefaultMaxTTL)
+	c.RenewShare = cmp.Or(c.RenewShare, DefaultRenewShare)
+	c.MaxJitter = cmp.Or(c.MaxJitter, DefaultMaxJitter)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.HandoffGrace = cmp.Or(c.HandoffGrace, DefaultHandoffGrace)
+	c.CleanupInterval = cmp.Or(c.CleanupInterval, DefaultCleanupInterval)
+	c.HistoryRetention = cmp.Or(c.HistoryRetention, DefaultHistoryRetention)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultQueryTimeout)
+	c.ReleaseTimeout = cmp.Or(c.ReleaseTimeout, DefaultReleaseTimeout)
 	m := &Manager{
-		store:            s,
-		owner:            cfg.Owner,
-		defaultTTL:       cfg.DefaultTTL,
-		maxTTL:           cmp.Or(cfg.MaxTTL, DefaultMaxTTL),
-		maxRenewals:      cfg.MaxRenewals,
-		renewShare:       cmp.Or(cfg.RenewShare, DefaultRenewShare),
-		maxJitter:        cmp.Or(cfg.MaxJitter, DefaultMaxJitter),
-		safetyMargin:     cfg.SafetyMargin,
-		pollInterval:     cmp.Or(cfg.PollInterval, DefaultPollInterval),
-		handoffGrace:     cmp.Or(cfg.HandoffGrace, DefaultHandoffGrace),
-		cleanupInterval:  cmp.Or(cfg.CleanupInterval, DefaultCleanupInterval),
-		historyRetention: cmp.Or(cfg.HistoryRetention, DefaultHistoryRetention),
-		noHistory:        cfg.DisableHistory,
-		policy:           cfg.TTLPolicy,
-		observer:         cfg.Observer,
-		queryTimeout:     cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
-		releaseTimeout:   cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout),
-		logger:           cfg.Logger,
-		now:              cfg.Now,
-		life:             newLifecycle(),
-		holdings:         newHoldings(),
-		events:           newRelay(cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout)),
-		listPage:         store.MaxListLimit,
+		store:    s,
+		cfg:      c,
+		life:     newLifecycle(),
+		holdings: newHoldings(),
+		events:   newRelay(c.ReleaseTimeout),
+		listPage: store.MaxListLimit,
 	}
-	if m.defaultTTL == 0 {
-		m.defaultTTL = min(DefaultTTL, m.maxTTL)
+	if m.cfg.DefaultTTL == 0 {
+		m.cfg.DefaultTTL = min(DefaultTTL, m.cfg.MaxTTL)
 	}
 	switch {
-	case m.maxTTL < time.Microsecond || m.maxTTL > store.MaxTTL:
+	case m.cfg.MaxTTL < time.Microsecond || m.cfg.MaxTTL > store.MaxTTL:
 		return nil, fmt.Errorf("lease: Config.MaxTTL %v must be in [1µs, %v]: %w", cfg.MaxTTL, store.MaxTTL, store.ErrInvalidArgument)
-	case m.defaultTTL < time.Microsecond || m.defaultTTL > m.maxTTL:
-		return nil, fmt.Errorf("lease: Config.DefaultTTL %v must be in [1µs, MaxTTL %v]: %w", cfg.DefaultTTL, m.maxTTL, store.ErrInvalidArgument)
-	case m.maxRenewals < 0:
+	case m.cfg.DefaultTTL < time.Microsecond || m.cfg.DefaultTTL > m.cfg.MaxTTL:
+		return nil, fmt.Errorf("lease: Config.DefaultTTL %v must be in [1µs, MaxTTL %v]: %w", cfg.DefaultTTL, m.cfg.MaxTTL, store.ErrInvalidArgument)
+	case m.cfg.MaxRenewals < 0:
 		return nil, fmt.Errorf("lease: Config.MaxRenewals %d must not be negative: %w", cfg.MaxRenewals, store.ErrInvalidArgument)
-	case !(m.renewShare > 0 && m.renewShare < 1): // NaN too
+	case !(m.cfg.RenewShare > 0 && m.cfg.RenewShare < 1): // NaN too
 		return nil, fmt.Errorf("lease: Config.RenewShare %v must be in (0, 1): %w", cfg.RenewShare, store.ErrInvalidArgument)
-	case m.maxJitter < 0:
+	case m.cfg.MaxJitter < 0:
 		return nil, fmt.Errorf("lease: Config.MaxJitter %v must not be negative: %w", cfg.MaxJitter, store.ErrInvalidArgument)
-	case m.safetyMargin < 0:
+	case m.cfg.SafetyMargin < 0:
 		return nil, fmt.Errorf("lease: Config.SafetyMargin %v must not be negative: %w", cfg.SafetyMargin, store.ErrInvalidArgument)
-	case m.pollInterval < 0:
+	case m.cfg.PollInterval < 0:
 		return nil, fmt.Errorf("lease: Config.PollInterval %v must not be negative: %w", cfg.PollInterval, store.ErrInvalidArgument)
-	case m.handoffGrace < 0:
+	case m.cfg.HandoffGrace < 0:
 		return nil, fmt.Errorf("lease: Config.HandoffGrace %v must not be negative: %w", cfg.HandoffGrace, store.ErrInvalidArgument)
-	case m.queryTimeout < 0:
+	case m.cfg.QueryTimeout < 0:
 		return nil, fmt.Errorf("lease: Config.QueryTimeout %v must not be negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
-	case m.releaseTimeout < 0:
+	case m.cfg.ReleaseTimeout < 0:
 		return nil, fmt.Errorf("lease: Config.ReleaseTimeout %v must not be negative: %w", cfg.ReleaseTimeout, store.ErrInvalidArgument)
 	}
-	if m.owner == "" {
+	if m.cfg.Owner == "" {
 		host, _ := os.Hostname()
 		var b [3]byte
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-		m.owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
+		m.cfg.Owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + hex.EncodeToString(b[:])
 	}
-	if err := store.ValidateLeaseOwner(m.owner); err != nil {
+	if err := store.ValidateLeaseOwner(m.cfg.Owner); err != nil {
 		return nil, fmt.Errorf("lease: Config.Owner: %w", err)
 	}
-	if m.logger == nil {
-		m.logger = slog.New(slog.DiscardHandler)
+	if m.cfg.Logger == nil {
+		m.cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if m.now == nil {
-		m.now = time.Now
+	if m.cfg.Now == nil {
+		m.cfg.Now = time.Now
 	}
 	m.queues = newQueues(m)
 	m.calls = newCoalescer(m)
@@ -342,9 +318,9 @@ func New(s Store, cfg *Config) (*Manager, error) {
 }
 
 // Owner returns the owner this Manager acquires leases as.
-func (m *Manager) Owner() string { return m.owner }
+func (m *Manager) Owner() string { return m.cfg.Owner }
 
 // queryContext bounds a background statement.
 func (m *Manager) queryContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, m.queryTimeout)
+	return context.WithTimeout(ctx, m.cfg.QueryTimeout)
 }

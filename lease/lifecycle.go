@@ -77,10 +77,10 @@ func (m *Manager) Start(ctx context.Context) error {
 		err := m.store.WatchLeases(ctx, sink{m})
 		m.watching.Store(false)
 		if err != nil && ctx.Err() == nil {
-			m.logger.Error("lease: watch ended; blocked acquires fall back to polling", slog.Any("error", err))
+			m.cfg.Logger.Error("lease: watch ended; blocked acquires fall back to polling", slog.Any("error", err))
 		}
 	})
-	if m.cleanupInterval > 0 {
+	if m.cfg.CleanupInterval > 0 {
 		lc.services.Go(func() { m.maintain(ctx) })
 	}
 	return nil
@@ -119,10 +119,10 @@ func (m *Manager) Stop() {
 	var wg sync.WaitGroup
 	for _, l := range m.holdings.allLive() {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), m.releaseTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.ReleaseTimeout)
 			defer cancel()
 			if err := l.Close(ctx); err != nil {
-				m.logger.Warn("lease: release at stop failed; the lease will expire", slog.String("name", l.name), slog.Any("error", err))
+				m.cfg.Logger.Warn("lease: release at stop failed; the lease will expire", slog.String("name", l.name), slog.Any("error", err))
 			}
 		})
 	}
@@ -160,7 +160,7 @@ func (s sink) Freed(name string) {
 // Wanted records the announcement of a waiter of another process.
 func (s sink) Wanted(w store.LeaseWaiter) {
 	s.m.queues.rivalAnnounced(w)
-	if s.m.testHooks.wanted != nil && w.Waiter != s.m.owner {
+	if s.m.testHooks.wanted != nil && w.Waiter != s.m.cfg.Owner {
 		s.m.testHooks.wanted(w)
 	}
 }

@@ -26,7 +26,7 @@ type MaintenanceResult struct {
 func (m *Manager) maintain(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = time.Second
-	bo.MaxInterval = max(m.cleanupInterval, time.Second)
+	bo.MaxInterval = max(m.cfg.CleanupInterval, time.Second)
 	bo.MaxElapsedTime = 0
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -36,18 +36,18 @@ func (m *Manager) maintain(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		pause := m.cleanupInterval - m.cleanupInterval/10 + rand.N(m.cleanupInterval/5+1)
+		pause := m.cfg.CleanupInterval - m.cfg.CleanupInterval/10 + rand.N(m.cfg.CleanupInterval/5+1)
 		res, err := m.Maintain(ctx)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
 		case err != nil:
 			pause = bo.NextBackOff()
-			m.logger.Warn("lease: maintenance failed", slog.Any("error", err), slog.Duration("pause", pause))
+			m.cfg.Logger.Warn("lease: maintenance failed", slog.Any("error", err), slog.Duration("pause", pause))
 		default:
 			bo.Reset()
 			if res.Expired > 0 || res.HistoryDeleted > 0 {
-				m.logger.Debug("lease: maintenance", slog.Int("expired", res.Expired), slog.Int64("history_deleted", res.HistoryDeleted))
+				m.cfg.Logger.Debug("lease: maintenance", slog.Int("expired", res.Expired), slog.Int64("history_deleted", res.HistoryDeleted))
 			}
 		}
 		t.Reset(pause)
@@ -64,7 +64,7 @@ func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
 	var res MaintenanceResult
 	for {
 		qctx, cancel := m.queryContext(ctx)
-		n, err := m.store.CleanupExpiredLeases(qctx, &store.CleanupLeasesParams{Limit: maintenanceBatch, NoHistory: m.noHistory})
+		n, err := m.store.CleanupExpiredLeases(qctx, &store.CleanupLeasesParams{Limit: maintenanceBatch, NoHistory: m.cfg.DisableHistory})
 		cancel()
 		if err != nil {
 			return res, err
@@ -74,7 +74,7 @@ func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
 			break
 		}
 	}
-	if m.historyRetention < 0 {
+	if m.cfg.HistoryRetention < 0 {
 		return res, nil
 	}
 	qctx, cancel := m.queryContext(ctx)
@@ -83,7 +83,7 @@ func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
 	if err != nil {
 		return res, err
 	}
-	before := now.Add(-m.historyRetention)
+	before := now.Add(-m.cfg.HistoryRetention)
 	for {
 		qctx, cancel := m.queryContext(ctx)
 		n, err := m.store.TrimLeaseHistory(qctx, before, maintenanceBatch)
@@ -121,7 +121,7 @@ func (m *Manager) Run(ctx context.Context, name string, opts *AcquireOpts, fn fu
 			if errors.Is(err, ErrStopped) || store.IsInvalid(err) {
 				return err
 			}
-			m.logger.Warn("lease: campaign failed, retrying", slog.String("name", name), slog.Any("error", err))
+			m.cfg.Logger.Warn("lease: campaign failed, retrying", slog.String("name", name), slog.Any("error", err))
 			if perr := m.pauseCampaign(ctx); perr != nil {
 				return perr
 			}
@@ -129,7 +129,7 @@ func (m *Manager) Run(ctx context.Context, name string, opts *AcquireOpts, fn fu
 		}
 		ferr := m.runLeading(ctx, l, fn)
 		lost := l.Err() != nil
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.releaseTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ReleaseTimeout)
 		_ = l.Close(rctx)
 		cancel()
 		switch {

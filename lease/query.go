@@ -111,7 +111,7 @@ func (m *Manager) History(ctx context.Context, name string, afterID int64, limit
 // with ErrForceReleased at once in this process, and in another at its next
 // renewal (at once if it runs a keep-alive and hears the backend's notice).
 func (m *Manager) ForceRelease(ctx context.Context, owner string) ([]Info, error) {
-	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.noHistory})
+	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.cfg.DisableHistory})
 	if err != nil {
 		return nil, fmt.Errorf("lease: force release %s: %w", store.QuoteInput(owner), err)
 	}

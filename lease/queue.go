@@ -94,7 +94,7 @@ func servedFirst(a time.Time, x string, b time.Time, y string) bool {
 
 // join queues a new waiter for name.
 func (qs *queues) join(name string) *waiter {
-	w := &waiter{woken: make(chan struct{}, 1), asked: qs.m.now()}
+	w := &waiter{woken: make(chan struct{}, 1), asked: qs.m.cfg.Now()}
 	qs.mu.Lock()
 	q := qs.byName[name]
 	if q == nil {
@@ -160,7 +160,7 @@ func (qs *queues) withdraw(name string, announcedAt time.Time) {
 		return
 	}
 	qs.mu.Unlock()
-	qs.announce(qs.m.life.ctx, store.LeaseWaiter{Name: name, Waiter: qs.m.owner})
+	qs.announce(qs.m.life.ctx, store.LeaseWaiter{Name: name, Waiter: qs.m.cfg.Owner})
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q := qs.byName[name]; q != nil && !q.announcedAt.IsZero() {
@@ -242,20 +242,20 @@ func (qs *queues) yieldLocked(name string, w *waiter) time.Duration {
 	if !ok {
 		return 0
 	}
-	now := qs.m.now()
+	now := qs.m.cfg.Now()
 	var yield time.Duration
 	for owner, r := range rs {
 		switch {
 		case now.Sub(r.heardAt) > announceTTL:
 			delete(rs, owner)
 			continue
-		case r.passed || !servedFirst(r.asked, owner, asked, qs.m.owner):
+		case r.passed || !servedFirst(r.asked, owner, asked, qs.m.cfg.Owner):
 			continue
 		}
 		if r.yieldSince.IsZero() {
 			r.yieldSince = now
 		}
-		yield = max(yield, r.yieldSince.Add(qs.m.handoffGrace).Sub(now))
+		yield = max(yield, r.yieldSince.Add(qs.m.cfg.HandoffGrace).Sub(now))
 	}
 	return yield
 }
@@ -301,7 +301,7 @@ func (qs *queues) headFoundHeld(ctx context.Context, name string, w *waiter, hel
 	asked, _ := qs.askedAtLocked(w)
 	var due bool
 	if q.announcedAt.IsZero() {
-		due = held.Owner != qs.m.owner || len(rs) > 0
+		due = held.Owner != qs.m.cfg.Owner || len(rs) > 0
 	} else {
 		due = q.reannounce || !q.announced.Equal(asked) || at.Sub(q.announcedAt) >= announceRefresh
 	}
@@ -314,7 +314,7 @@ func (qs *queues) headFoundHeld(ctx context.Context, name string, w *waiter, hel
 	}
 	qs.mu.Unlock()
 	if due {
-		qs.announce(ctx, store.LeaseWaiter{Name: name, Waiter: qs.m.owner, Since: asked, Fence: held.Fence})
+		qs.announce(ctx, store.LeaseWaiter{Name: name, Waiter: qs.m.cfg.Owner, Since: asked, Fence: held.Fence})
 	}
 	return next
 }
@@ -341,7 +341,7 @@ func (qs *queues) announce(ctx context.Context, w store.LeaseWaiter) {
 	actx, cancel := qs.m.queryContext(ctx)
 	defer cancel()
 	if err := qs.m.store.AnnounceLeaseWaiter(actx, w); err != nil && ctx.Err() == nil {
-		qs.m.logger.Warn("lease: announcing a waiter failed", slog.String("name", w.Name), slog.Any("error", err))
+		qs.m.cfg.Logger.Warn("lease: announcing a waiter failed", slog.String("name", w.Name), slog.Any("error", err))
 	}
 }
 
@@ -349,7 +349,7 @@ func (qs *queues) announce(ctx context.Context, w store.LeaseWaiter) {
 // holds or waits for the name, and wakes the head when that may change its
 // course.
 func (qs *queues) rivalAnnounced(w store.LeaseWaiter) {
-	if w.Waiter == qs.m.owner {
+	if w.Waiter == qs.m.cfg.Owner {
 		return
 	}
 	qs.mu.Lock()
@@ -368,7 +368,7 @@ func (qs *queues) rivalAnnounced(w store.LeaseWaiter) {
 		}
 		wake = r != nil && q != nil && q.yielding
 	default:
-		now := qs.m.now()
+		now := qs.m.cfg.Now()
 		if rs == nil {
 			rs = map[string]*rival{}
 			qs.rivals[w.Name] = rs
