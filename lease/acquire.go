@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
 
 	"github.com/seqlease/seqlease/store"
 )
@@ -257,122 +254,6 @@ func timeoutError(ctx context.Context, timeout time.Duration, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
-}
-
-// heldWaitError is the error of a wait that ended while the name was held:
-// the context's error and the last *HeldError seen.
-type heldWaitError struct {
-	ctxErr error
-	held   *HeldError
-}
-
-func (e *heldWaitError) Error() string   { return fmt.Sprintf("%v (last seen: %v)", e.ctxErr, e.held) }
-func (e *heldWaitError) Unwrap() []error { return []error{e.ctxErr, e.held} }
-
-// acquire is the wait loop of a blocking acquire.
-func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
-	w := m.queues.join(name)
-	acquired := false
-	defer func() { m.queues.leave(name, w, acquired) }()
-	bo := backoff.NewExponentialBackOff()
-	bo.InitialInterval = 10 * time.Millisecond
-	bo.MaxInterval = max(m.cfg.PollInterval, bo.InitialInterval)
-	bo.MaxElapsedTime = 0
-	var lastHeld *HeldError
-	ended := func(err error) error {
-		if lastHeld != nil && ctx.Err() != nil {
-			return &heldWaitError{ctxErr: err, held: lastHeld}
-		}
-		return err
-	}
-	for {
-		if err := m.queues.waitTurn(ctx, name, w); err != nil {
-			return nil, ended(err)
-		}
-		before := m.cfg.Now()
-		mark := m.wantedFor(name)
-		l, err := m.attempt(ctx, name, opts, mark)
-		if err == nil {
-			acquired = true
-			m.queues.headAcquired(name)
-			return l, nil
-		}
-		after := m.cfg.Now()
-		var held *HeldError
-		var pause time.Duration
-		switch {
-		case errors.As(err, &held):
-			lastHeld = held
-			pause = min(m.jitteredPoll(), held.Remaining()+time.Millisecond)
-			// The backend read its clock about halfway through the attempt.
-			if next := m.queues.headFoundHeld(ctx, name, w, held, before.Add(after.Sub(before)/2)); next > 0 {
-				pause = min(pause, next) // refresh the announcement in time
-			}
-			if mark == 0 && m.wantedFor(name) > 0 {
-				pause = 0 // the lease of this Manager it did not mark for is gone: try again, marking
-			}
-			bo.Reset()
-			if m.testHooks.paused != nil {
-				m.testHooks.paused(name)
-			}
-		case errors.Is(err, ErrStopped), store.IsInvalid(err), errors.Is(err, store.ErrHistoryLost), ctx.Err() != nil:
-			return nil, ended(err)
-		default:
-			if errors.Is(err, errLateGrant) {
-				// Releasing the late grant woke w, the first waiter: that
-				// is no news of the name, and the retry waits its pause.
-				w.drain()
-			}
-			pause = bo.NextBackOff()
-			m.cfg.Logger.Warn("lease: acquire failed, retrying", slog.String("name", name), slog.Any("error", err), slog.Duration("pause", pause))
-		}
-		if err := m.pause(ctx, w, pause); err != nil {
-			return nil, ended(err)
-		}
-	}
-}
-
-// wantedFor returns how long a blocked acquire of name asks the backend to
-// keep the name marked wanted when it finds it held (so that its release
-// notifies: store.AcquireLeaseParams.Wait): longer than the longest pause
-// before the first waiter tries again (a jittered poll, a hand-off grace,
-// a round trip). Zero, no mark, when nobody would hear the notice (the
-// watch does not run) or when this Manager holds the name: its release
-// wakes this process's waiters itself.
-func (m *Manager) wantedFor(name string) time.Duration {
-	if !m.watching.Load() {
-		return 0
-	}
-	if m.holdings.get(name) != nil {
-		return 0
-	}
-	poll := min(m.cfg.PollInterval, store.MaxTTL)
-	return min(poll+poll/5+min(m.cfg.HandoffGrace, store.MaxTTL)+time.Second, store.MaxTTL)
-}
-
-// jitteredPoll returns the poll interval ±20%.
-func (m *Manager) jitteredPoll() time.Duration {
-	spread := m.cfg.PollInterval / 5
-	if spread <= 0 {
-		return m.cfg.PollInterval
-	}
-	return m.cfg.PollInterval - spread + rand.N(2*spread+1)
-}
-
-// pause waits d, or until w is woken, ctx ends or the Manager stops.
-func (m *Manager) pause(ctx context.Context, w *waiter, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-w.woken:
-		return nil
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-m.life.done():
-		return ErrStopped
-	}
 }
 
 // AcquireAll acquires every name, waiting as Acquire does, in sorted order

@@ -219,7 +219,7 @@ type Manager struct {
 
 	life     *lifecycle // Start, Stop, and the work Stop waits for (lifecycle.go)
 	holdings *holdings  // the leases this Manager holds (holdings.go)
-	queues   *queues    // blocked acquires, and the other processes' waiters (queue.go)
+	queues   *queues    // blocked acquires, and the other processes' waiters (wait.go)
 	events   *relay     // the subscriptions (events.go)
 
 	calls    *coalescer  // acquires and releases sharing backend calls (coalesce.go)
