@@ -166,14 +166,11 @@ func (m *Manager) unregister(l *Lease) {
 // (Stop waits for it), and returns true; once Stop began, it returns false
 // (Stop releases the live leases, l among them). l.mu must be held.
 func (m *Manager) goReleaseAfterEnd(l *Lease) bool {
-	if !m.life.enter(&m.life.background) {
+	l.cleaning = true
+	if !m.life.goWork(l.release) {
+		l.cleaning = false
 		return false
 	}
-	l.cleaning = true
-	go func() {
-		defer m.life.background.Done()
-		l.release()
-	}()
 	return true
 }
 

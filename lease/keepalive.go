@@ -50,18 +50,19 @@ func (l *Lease) KeepAlive() error {
 	}
 	// No loop starts once Stop began: Stop waits for the loops, and ends
 	// those it does not stop by releasing their leases (loopCtx).
-	if !l.m.life.enter(&l.m.life.loops) {
-		return ErrStopped
-	}
 	ctx, cancel := context.WithCancel(l.m.life.loopCtx)
 	k := &keepAlive{cancel: cancel, done: make(chan struct{}), renewNow: make(chan struct{}, 1), requests: make(chan renewRequest)}
 	l.keepAlive = k
-	go func() {
-		defer l.m.life.loops.Done()
+	started := l.m.life.goWork(func() {
 		defer close(k.done)
 		defer cancel() // frees ctx from loopCtx when the loop ends on its own
 		l.renewLoop(ctx, k)
-	}()
+	})
+	if !started {
+		l.keepAlive = nil
+		cancel()
+		return ErrStopped
+	}
 	return nil
 }
 

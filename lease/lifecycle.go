@@ -9,10 +9,9 @@ import (
 )
 
 // lifecycle is the Manager's Start and Stop state, and the gate of its
-// work: acquire attempts, Run calls, keep-alive loops and background
-// releases and withdrawals start only while it is open, each counted in
-// its own WaitGroup, so that Stop, once it closed the gate, waits for each
-// kind in turn.
+// work: Run calls, acquire attempts and goroutines start only until Stop
+// begins, and Stop waits for them in that order (the leases of the first
+// two are released before the goroutines that renew them are ended).
 type lifecycle struct {
 	mu       sync.Mutex
 	started  bool
@@ -23,11 +22,9 @@ type lifecycle struct {
 	loopCtx  context.Context // the parent of the keep-alive loops' contexts
 	endLoops context.CancelCauseFunc
 
-	services   sync.WaitGroup // Start's goroutines: the watch and the maintenance loop
 	runs       sync.WaitGroup // the calls of Run
 	attempts   sync.WaitGroup // acquire attempts in flight
-	loops      sync.WaitGroup // the keep-alive loops
-	background sync.WaitGroup // releases after an end (releaseAfterEnd), withdrawals
+	goroutines sync.WaitGroup // the watch, maintenance and keep-alive loops, background releases and withdrawals
 }
 
 func newLifecycle() *lifecycle {
@@ -46,6 +43,19 @@ func (lc *lifecycle) enter(wg *sync.WaitGroup) bool {
 		return false
 	}
 	wg.Add(1)
+	return true
+}
+
+// goWork runs f in a goroutine Stop waits for and returns true, unless
+// Stop began: then it returns false and f does not run.
+func (lc *lifecycle) goWork(f func()) bool {
+	if !lc.enter(&lc.goroutines) {
+		return false
+	}
+	go func() {
+		defer lc.goroutines.Done()
+		f()
+	}()
 	return true
 }
 
@@ -73,7 +83,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	lc.started = true
 	ctx, lc.cancel = context.WithCancelCause(ctx)
 	m.watching.Store(true)
-	lc.services.Go(func() {
+	lc.goroutines.Go(func() {
 		err := m.store.WatchLeases(ctx, sink{m})
 		m.watching.Store(false)
 		if err != nil && ctx.Err() == nil {
@@ -81,7 +91,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 	})
 	if m.cfg.CleanupInterval > 0 {
-		lc.services.Go(func() { m.maintain(ctx) })
+		lc.goroutines.Go(func() { m.maintain(ctx) })
 	}
 	return nil
 }
@@ -134,9 +144,7 @@ func (m *Manager) Stop() {
 	if cancel != nil {
 		cancel(ErrStopped)
 	}
-	lc.services.Wait()
-	lc.loops.Wait()
-	lc.background.Wait()
+	lc.goroutines.Wait()
 	m.calls.close()
 	m.events.close()
 }

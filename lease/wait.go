@@ -254,11 +254,8 @@ func (qs *queues) leave(name string, w *waiter, acquired bool) {
 	qs.mu.Unlock()
 	// In the background, so that the caller returns at once (its timeout
 	// passed, or its context ended); Stop ends it.
-	if withdraw && qs.m.life.enter(&qs.m.life.background) {
-		go func() {
-			defer qs.m.life.background.Done()
-			qs.withdraw(name, announcedAt)
-		}()
+	if withdraw {
+		qs.m.life.goWork(func() { qs.withdraw(name, announcedAt) })
 	}
 }
 
