@@ -90,10 +90,10 @@ func (m *Manager) policyTTL(ctx context.Context, name string, requested time.Dur
 // wantedFor), the backend marks the name wanted if it is held. Stop waits for
 // the attempts in flight: one granted once Stop began releases its grant.
 func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, mark time.Duration) (*Lease, error) {
-	if !m.life.enter(&m.life.attempts) {
+	if !m.gate.enter(&m.gate.attempts) {
 		return nil, ErrStopped
 	}
-	defer m.life.attempts.Done()
+	defer m.gate.attempts.Done()
 	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.cfg.DefaultTTL))
 	if err != nil {
 		return nil, err
@@ -147,7 +147,7 @@ var errLateGrant = errors.New("the attempt took longer than the TTL less the saf
 // register adds l to the Manager's holdings; false if the Manager is
 // stopping.
 func (m *Manager) register(l *Lease) bool {
-	if m.life.stopping() {
+	if m.gate.stopping() {
 		return false
 	}
 	m.holdings.add(l)
@@ -167,7 +167,7 @@ func (m *Manager) unregister(l *Lease) {
 // (Stop releases the live leases, l among them). l.mu must be held.
 func (m *Manager) goReleaseAfterEnd(l *Lease) bool {
 	l.cleaning = true
-	if !m.life.goWork(l.release) {
+	if !m.gate.goWork(l.release) {
 		l.cleaning = false
 		return false
 	}

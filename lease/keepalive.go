@@ -50,10 +50,10 @@ func (l *Lease) KeepAlive() error {
 	}
 	// No loop starts once Stop began: Stop waits for the loops, and ends
 	// those it does not stop by releasing their leases (loopCtx).
-	ctx, cancel := context.WithCancel(l.m.life.loopCtx)
+	ctx, cancel := context.WithCancel(l.m.gate.loopCtx)
 	k := &keepAlive{cancel: cancel, done: make(chan struct{}), renewNow: make(chan struct{}, 1), requests: make(chan renewRequest)}
 	l.keepAlive = k
-	started := l.m.life.goWork(func() {
+	started := l.m.gate.goWork(func() {
 		defer close(k.done)
 		defer cancel() // frees ctx from loopCtx when the loop ends on its own
 		l.renewLoop(ctx, k)

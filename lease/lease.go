@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seqlease/seqlease/internal/lifecycle"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -217,10 +218,11 @@ type Manager struct {
 	store Store
 	cfg   Config // with the defaults filled in
 
-	life     *lifecycle // Start, Stop, and the work Stop waits for (lifecycle.go)
-	holdings *holdings  // the leases this Manager holds (holdings.go)
-	queues   *queues    // blocked acquires, and the other processes' waiters (wait.go)
-	events   *relay     // the subscriptions (events.go)
+	services *lifecycle.Life // Start's goroutines: the notice watch and the maintenance loop
+	gate     *gate           // the work Stop waits for (lifecycle.go)
+	holdings *holdings       // the leases this Manager holds (holdings.go)
+	queues   *queues         // blocked acquires, and the other processes' waiters (wait.go)
+	events   *relay          // the subscriptions (events.go)
 
 	calls    *coalescer  // acquires and releases sharing backend calls (coalesce.go)
 	watching atomic.Bool // the watch of the backend's notices runs
@@ -267,7 +269,8 @@ func New(s Store, cfg *Config) (*Manager, error) {
 	m := &Manager{
 		store:    s,
 		cfg:      c,
-		life:     newLifecycle(),
+		services: lifecycle.New(ErrStopped),
+		gate:     newGate(),
 		holdings: newHoldings(),
 		events:   newRelay(c.ReleaseTimeout),
 		listPage: store.MaxListLimit,

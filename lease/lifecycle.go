@@ -8,38 +8,36 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// lifecycle is the Manager's Start and Stop state, and the gate of its
-// work: Run calls, acquire attempts and goroutines start only until Stop
-// begins, and Stop waits for them in that order (the leases of the first
-// two are released before the goroutines that renew them are ended).
-type lifecycle struct {
+// gate admits the Manager's work until Stop begins: Run calls, acquire
+// attempts, and the goroutines of its leases (keep-alive loops, background
+// releases and withdrawals), which run with or without Start. Stop waits
+// for them in that order: the leases of the first two are released before
+// the goroutines that renew them are ended.
+type gate struct {
 	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	cancel   context.CancelCauseFunc // ends Start's goroutines
-	ctx      context.Context         // ends (cause ErrStopped) when Stop begins
-	endCtx   context.CancelCauseFunc
+	ctx      context.Context // ends (cause ErrStopped) when Stop begins
+	end      context.CancelCauseFunc
 	loopCtx  context.Context // the parent of the keep-alive loops' contexts
 	endLoops context.CancelCauseFunc
 
 	runs       sync.WaitGroup // the calls of Run
 	attempts   sync.WaitGroup // acquire attempts in flight
-	goroutines sync.WaitGroup // the watch, maintenance and keep-alive loops, background releases and withdrawals
+	goroutines sync.WaitGroup // keep-alive loops, background releases and withdrawals
 }
 
-func newLifecycle() *lifecycle {
-	lc := &lifecycle{}
-	lc.ctx, lc.endCtx = context.WithCancelCause(context.Background())
-	lc.loopCtx, lc.endLoops = context.WithCancelCause(context.Background())
-	return lc
+func newGate() *gate {
+	g := &gate{}
+	g.ctx, g.end = context.WithCancelCause(context.Background())
+	g.loopCtx, g.endLoops = context.WithCancelCause(context.Background())
+	return g
 }
 
 // enter counts one more piece of work in wg and returns true, unless Stop
 // began: then it returns false and the work must not start.
-func (lc *lifecycle) enter(wg *sync.WaitGroup) bool {
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	if lc.stopped {
+func (g *gate) enter(wg *sync.WaitGroup) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ctx.Err() != nil {
 		return false
 	}
 	wg.Add(1)
@@ -48,22 +46,29 @@ func (lc *lifecycle) enter(wg *sync.WaitGroup) bool {
 
 // goWork runs f in a goroutine Stop waits for and returns true, unless
 // Stop began: then it returns false and f does not run.
-func (lc *lifecycle) goWork(f func()) bool {
-	if !lc.enter(&lc.goroutines) {
+func (g *gate) goWork(f func()) bool {
+	if !g.enter(&g.goroutines) {
 		return false
 	}
 	go func() {
-		defer lc.goroutines.Done()
+		defer g.goroutines.Done()
 		f()
 	}()
 	return true
 }
 
+// close refuses new work: Stop began.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.end(ErrStopped)
+}
+
 // stopping reports whether Stop began.
-func (lc *lifecycle) stopping() bool { return lc.ctx.Err() != nil }
+func (g *gate) stopping() bool { return g.ctx.Err() != nil }
 
 // done is closed when Stop begins.
-func (lc *lifecycle) done() <-chan struct{} { return lc.ctx.Done() }
+func (g *gate) done() <-chan struct{} { return g.ctx.Done() }
 
 // Start starts the background work and returns: the watch of the backend's
 // notices (releases wake blocked acquires at once; force-releases end kept-
@@ -71,29 +76,25 @@ func (lc *lifecycle) done() <-chan struct{} { return lc.ctx.Done() }
 // goroutines run until Stop or until ctx ends. Start after Stop fails with
 // ErrStopped; a second Start does nothing.
 func (m *Manager) Start(ctx context.Context) error {
-	lc := m.life
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	switch {
-	case lc.stopped:
-		return ErrStopped
-	case lc.started:
-		return nil
-	}
-	lc.started = true
-	ctx, lc.cancel = context.WithCancelCause(ctx)
-	m.watching.Store(true)
-	lc.goroutines.Go(func() {
-		err := m.store.WatchLeases(ctx, sink{m})
-		m.watching.Store(false)
-		if err != nil && ctx.Err() == nil {
-			m.cfg.Logger.Error("lease: watch ended; blocked acquires fall back to polling", slog.Any("error", err))
+	return m.services.Start(ctx, func(context.Context) error {
+		m.watching.Store(true)
+		if !m.services.Go(m.watch) {
+			m.watching.Store(false)
 		}
+		if m.cfg.CleanupInterval > 0 {
+			m.services.Go(m.maintain)
+		}
+		return nil
 	})
-	if m.cfg.CleanupInterval > 0 {
-		lc.goroutines.Go(func() { m.maintain(ctx) })
+}
+
+// watch runs the backend's watch of notices until ctx ends.
+func (m *Manager) watch(ctx context.Context) {
+	err := m.store.WatchLeases(ctx, sink{m})
+	m.watching.Store(false)
+	if err != nil && ctx.Err() == nil {
+		m.cfg.Logger.Error("lease: watch ended; blocked acquires fall back to polling", slog.Any("error", err))
 	}
-	return nil
 }
 
 // Stop shuts the Manager down gracefully: blocked acquires return
@@ -114,18 +115,14 @@ func (m *Manager) Start(ctx context.Context) error {
 // holds no lease in the backend but those whose release failed. It is safe
 // before Start and twice.
 func (m *Manager) Stop() {
-	lc := m.life
-	lc.mu.Lock()
-	lc.stopped = true
-	lc.endCtx(ErrStopped) // under mu: no lease, loop, run, attempt or withdrawal starts after this
-	cancel := lc.cancel
-	lc.mu.Unlock()
-
-	lc.runs.Wait() // their functions return, then they release their leases
+	m.services.Drain() // no Start from now on; the watch goes on while the leases are released
+	m.gate.close()     // no lease, loop, run, attempt or withdrawal starts after this
+	g := m.gate
+	g.runs.Wait() // their functions return, then they release their leases
 	if m.testHooks.drain != nil {
 		m.testHooks.drain()
 	}
-	lc.attempts.Wait() // each returned its lease (live: released below) or released it
+	g.attempts.Wait() // each returned its lease (live: released below) or released it
 	var wg sync.WaitGroup
 	for _, l := range m.holdings.allLive() {
 		wg.Go(func() {
@@ -140,11 +137,9 @@ func (m *Manager) Stop() {
 
 	// The loops left are those of leases already over, one maybe still in
 	// a backend call: end them.
-	lc.endLoops(ErrStopped)
-	if cancel != nil {
-		cancel(ErrStopped)
-	}
-	lc.goroutines.Wait()
+	g.endLoops(ErrStopped)
+	m.services.Stop()
+	g.goroutines.Wait()
 	m.calls.close()
 	m.events.close()
 }

@@ -108,10 +108,10 @@ func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
 // context ends (and fences what it writes: see Lease.Fence). Stop waits for
 // fn to return before it releases the lease.
 func (m *Manager) Run(ctx context.Context, name string, opts *AcquireOpts, fn func(ctx context.Context, l *Lease) error) error {
-	if !m.life.enter(&m.life.runs) { // Stop waits for the runs before releasing what is left
+	if !m.gate.enter(&m.gate.runs) { // Stop waits for the runs before releasing what is left
 		return ErrStopped
 	}
-	defer m.life.runs.Done()
+	defer m.gate.runs.Done()
 	for {
 		l, err := m.Hold(ctx, name, opts)
 		if err != nil {
@@ -135,7 +135,7 @@ func (m *Manager) Run(ctx context.Context, name string, opts *AcquireOpts, fn fu
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
-		case m.life.stopping():
+		case m.gate.stopping():
 			return ErrStopped
 		case ferr != nil && !lost:
 			return ferr
@@ -150,7 +150,7 @@ func (m *Manager) runLeading(ctx context.Context, l *Lease, fn func(ctx context.
 	defer cancel(nil)
 	stopLease := context.AfterFunc(l.Context(), func() { cancel(context.Cause(l.Context())) })
 	defer stopLease()
-	stopManager := context.AfterFunc(m.life.ctx, func() { cancel(ErrStopped) })
+	stopManager := context.AfterFunc(m.gate.ctx, func() { cancel(ErrStopped) })
 	defer stopManager()
 	return fn(fctx, l)
 }
@@ -164,7 +164,7 @@ func (m *Manager) pauseCampaign(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-m.life.done():
+	case <-m.gate.done():
 		return ErrStopped
 	}
 }

@@ -182,7 +182,7 @@ func (m *Manager) pause(ctx context.Context, w *waiter, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-m.life.done():
+	case <-m.gate.done():
 		return ErrStopped
 	}
 }
@@ -255,7 +255,7 @@ func (qs *queues) leave(name string, w *waiter, acquired bool) {
 	// In the background, so that the caller returns at once (its timeout
 	// passed, or its context ended); Stop ends it.
 	if withdraw {
-		qs.m.life.goWork(func() { qs.withdraw(name, announcedAt) })
+		qs.m.gate.goWork(func() { qs.withdraw(name, announcedAt) })
 	}
 }
 
@@ -278,7 +278,7 @@ func (qs *queues) withdraw(name string, announcedAt time.Time) {
 		return
 	}
 	qs.mu.Unlock()
-	qs.announce(qs.m.life.ctx, store.LeaseWaiter{Name: name, Waiter: qs.m.cfg.Owner})
+	qs.announce(qs.m.gate.ctx, store.LeaseWaiter{Name: name, Waiter: qs.m.cfg.Owner})
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q := qs.byName[name]; q != nil && !q.announcedAt.IsZero() {
@@ -342,7 +342,7 @@ func (qs *queues) sleep(ctx context.Context, w *waiter, head bool, yield time.Du
 		return false, nil
 	case <-ctx.Done():
 		return false, ctx.Err()
-	case <-qs.m.life.done():
+	case <-qs.m.gate.done():
 		return false, ErrStopped
 	}
 }
