@@ -221,7 +221,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 		ctx, cancel = context.WithTimeoutCause(ctx, opts.Timeout, errAcquireTimeout)
 		defer cancel()
 	}
-	l, err := m.acquire(ctx, name, opts)
+	l, err := m.waitAndAcquire(ctx, name, opts)
 	m.observeAcquire(ctx, opts, err)
 	if err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", store.QuoteInput(name), timeoutError(ctx, opts.Timeout, err))
@@ -349,7 +349,7 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 // that lease's error.
 func (m *Manager) acquireNext(ctx context.Context, name string, opts *AcquireOpts, got []*Lease) (*Lease, error) {
 	if len(got) == 0 {
-		return m.acquire(ctx, name, opts)
+		return m.waitAndAcquire(ctx, name, opts)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -360,7 +360,7 @@ func (m *Manager) acquireNext(ctx context.Context, name string, opts *AcquireOpt
 		})
 		defer stop()
 	}
-	l, err := m.acquire(wctx, name, opts)
+	l, err := m.waitAndAcquire(wctx, name, opts)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		return nil, context.Cause(wctx)
 	}

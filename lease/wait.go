@@ -81,8 +81,9 @@ type heldWaitError struct {
 func (e *heldWaitError) Error() string   { return fmt.Sprintf("%v (last seen: %v)", e.ctxErr, e.held) }
 func (e *heldWaitError) Unwrap() []error { return []error{e.ctxErr, e.held} }
 
-// acquire is the wait loop of a blocking acquire.
-func (m *Manager) acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
+// waitAndAcquire is the wait loop of a blocking acquire: it queues for
+// name, waits for its turn, and tries until it wins.
+func (m *Manager) waitAndAcquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
 	w := m.queues.join(name)
 	acquired := false
 	defer func() { m.queues.leave(name, w, acquired) }()
