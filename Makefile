@@ -9,7 +9,7 @@ COVERPROFILE        := coverage.out
 
 .DEFAULT_GOAL := help
 
-.PHONY: help test failover soak demo outbox inbox bench bench-smoke lint cover tidy
+.PHONY: help test browser failover soak demo outbox inbox bench bench-smoke lint cover tidy
 
 help: ## Show this list of targets.
 	@echo 'Usage: make <target>'
@@ -21,8 +21,16 @@ help: ## Show this list of targets.
 # exporter the demo serves metrics with stays out of the library's go.mod).
 MODULES := . examples
 
+# Modules of tests and tools only, each with a make target of its own
+# (bench: make bench; browsertest: make browser): linted and tidied with
+# the others, not run by make test.
+TOOL_MODULES := bench browsertest
+
 test: ## Run every test with -race against PostgreSQL (starts a throwaway cluster if none answers) and a throwaway PgBouncer in transaction mode (installs pgbouncer if missing).
 	scripts/with-postgres scripts/with-pgbouncer sh -c '$(GO) test -race -count=1 -timeout 15m ./... && cd examples && $(GO) test -race -count=1 -timeout 15m ./...'
+
+browser: ## Run the web interface in a real browser (Debian's chromium, headless; installs it if missing) against PostgreSQL; SEQLEASE_SCREENSHOTS=1 rewrites docs/ui/*.png.
+	scripts/with-postgres scripts/ensure-chromium sh -c 'cd browsertest && $(GO) test -race -count=1 -timeout 5m ./...'
 
 failover: ## Run the HA tests, each on a throwaway two-node Patroni cluster (installs patroni and etcd-server if missing): failover under load (synchronous and asynchronous replication), readers on the standby.
 	scripts/with-patroni $(GO) test -race -tags failover -count=1 -v -timeout 10m -run '^TestFailover$$' ./internal/failover/
@@ -49,14 +57,14 @@ bench-smoke: ## Run every benchmark once, briefly (CI, < 2 min): fails on errors
 	scripts/with-postgres sh -c 'cd bench && $(GO) run ./cmd/seqbench -smoke'
 
 lint: $(STATICCHECK_STAMP) ## Run go vet and staticcheck (version pinned in STATICCHECK_VERSION, installed in bin/) on every module.
-	for m in $(MODULES) bench; do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done
+	for m in $(MODULES) $(TOOL_MODULES); do (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...) || exit 1; done
 
 cover: ## Run the tests with coverage (coverage.out) and print per-function coverage.
 	scripts/with-postgres scripts/with-pgbouncer $(GO) test -race -count=1 -timeout 15m -covermode=atomic -coverprofile=$(COVERPROFILE) ./...
 	$(GO) tool cover -func=$(COVERPROFILE)
 
 tidy: ## Tidy every module's go.mod and go.sum.
-	for m in $(MODULES) bench; do (cd $$m && $(GO) mod tidy) || exit 1; done
+	for m in $(MODULES) $(TOOL_MODULES); do (cd $$m && $(GO) mod tidy) || exit 1; done
 
 $(STATICCHECK_STAMP):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

@@ -1,0 +1,399 @@
+package browsertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/cleanup"
+	"github.com/seqlease/seqlease/internal/pgtest"
+	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/postgres"
+	"github.com/seqlease/seqlease/ui"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const (
+	// waitTimeout bounds every wait on the page: generous, as the machines
+	// running the test are small and shared.
+	waitTimeout = 30 * time.Second
+	// refresh is the pages' own refresh: short, so that the live updates
+	// come quickly.
+	refresh = 300 * time.Millisecond
+	// prefix is where the handler is mounted, as in an application's mux.
+	prefix = "/seqlease/"
+	// width and height are the browser's viewport, and the screenshots'.
+	width, height = 1200, 800
+	// screenshotsEnv names the environment variable that makes the test
+	// write the screenshots of docs/ui.md.
+	screenshotsEnv = "SEQLEASE_SCREENSHOTS"
+	// screenshotDir is where they go, from this directory.
+	screenshotDir = "../docs/ui"
+)
+
+// The data set: a stream that stalls, one that is healthy, a named lease
+// and a reader.
+const (
+	stalling  = "orders"
+	healthy   = "payments"
+	holder    = "orders-worker-7"
+	leaseName = "projection/orders"
+	leaseHold = "projector-2"
+	reader    = "orders-projection"
+)
+
+// TestBrowser opens the streams page in chromium, sees a stream stall when a
+// lease expires and recover after a cleanup pass, through the page's own
+// live updates, then visits every other page. See the package doc.
+func TestBrowser(t *testing.T) {
+	st := newStore(t)
+	ctx := t.Context()
+	entries := seed(t, st)
+
+	h, err := ui.New(&ui.Config{Store: st, Refresh: refresh})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle(prefix, http.StripPrefix(prefix[:len(prefix)-1], h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	b := newBrowser(t)
+	b.do(chromedp.EmulateViewport(width, height), chromedp.Navigate(srv.URL+prefix))
+	b.waitLive()
+	b.markPage()
+
+	// Before: number 3 is leased and live, so the watermark waits at 2.
+	b.waitRow(stalling, `r.watermark === "2" && r.inFlight === "1" && r.expired === "0" && !r.stalled`)
+	b.waitRow(healthy, `r.watermark === "3" && r.inFlight === "0"`)
+
+	// The holder of 3 renews for a millisecond, then dies: the page, by its
+	// own refresh, marks the stream stalled by one expired lease, 3.
+	_, _, err = st.Extend(ctx, stalling, 3, entries[2].Token, &store.ExtendParams{TTL: time.Millisecond})
+	require.NoError(t, err)
+	row := b.waitRow(stalling, `r.expired === "1" && r.stalled && r.oldest.startsWith("3 ")`)
+	require.Equal(t, "2", row.Watermark, "the expired lease holds the watermark")
+	require.Equal(t, "6", row.Next)
+	b.requireSamePage()
+	b.screenshot("streams")
+
+	// The stream's page shows what holds it: 3, expired, and its holder.
+	b.follow(clickIn(`document.evaluate('//tr[td[1]/a[text()="` + stalling + `"]]/td[1]/a', document).iterateNext()`))
+	b.waitFor(`(() => { const r = document.getElementById("n3");
+		return r && r.classList.contains("expired") && r.querySelector("td.owner").textContent === "` + holder + `"; })()`)
+	b.screenshot("stream")
+	b.do(chromedp.NavigateBack())
+	b.waitLive()
+	b.markPage()
+	b.waitRow(stalling, `r.expired === "1" && r.stalled`)
+
+	// A cleanup pass declares 3 a gap: the page shows the stream recover.
+	cl, err := cleanup.New(st, nil)
+	require.NoError(t, err)
+	t.Cleanup(cl.Stop)
+	res, err := cl.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Expired)
+	row = b.waitRow(stalling, `r.watermark === "5" && r.expired === "0" && r.inFlight === "0" && !r.stalled`)
+	require.Equal(t, "1", row.Gaps)
+	require.Equal(t, "-", row.Oldest)
+	b.requireSamePage()
+
+	// The open gap, through the streams page's link.
+	b.follow(clickIn(`document.evaluate('//tr[td[1]/a[text()="` + stalling + `"]]/td[8]/a', document).iterateNext()`))
+	b.waitFor(`(() => { const r = document.querySelector("table.gaps tbody tr");
+		return r && r.cells[0].textContent === "3" && r.cells[1].textContent === "expired" && r.cells[2].textContent === "lost"; })()`)
+	b.screenshot("gaps")
+
+	// The named leases, then the one lease and its history.
+	b.follow(chromedp.Click(chromedp.CSS(`nav a[href="leases"]`)))
+	b.waitFor(`(() => { const r = document.querySelector("table.leases tbody tr");
+		return r && r.querySelector("td.owner").textContent === "` + leaseHold + `"; })()`)
+	b.screenshot("leases")
+	b.follow(clickIn(`document.querySelector("table.leases tbody tr td.name a")`))
+	b.waitFor(`(() => document.querySelectorAll("table.history tbody tr").length === 2)()`)
+	b.screenshot("lease")
+
+	// The reader, behind its stream's new watermark.
+	b.follow(chromedp.Click(chromedp.CSS(`nav a[href="readers"]`)))
+	b.waitFor(`document.querySelector("main table tbody") !== null && document.querySelector("main table tbody").textContent.includes("` + reader + `")`)
+	b.screenshot("readers")
+}
+
+// newStore returns a store on a fresh schema of the test database.
+func newStore(t *testing.T) *postgres.Store {
+	t.Helper()
+	pool := pgtest.Shared(t, false)
+	st, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(t, pool)})
+	require.NoError(t, err)
+	return st
+}
+
+// seed leases 1..5 of the stalling stream for an hour and commits all but
+// 3, which it returns among the entries; commits 1..3 of the healthy
+// stream; takes and renews a named lease; and saves a reader's checkpoint.
+func seed(t *testing.T, st *postgres.Store) []store.Entry {
+	t.Helper()
+	ctx := t.Context()
+	reqs := make([]store.LeaseRequest, 5)
+	for i := range reqs {
+		reqs[i] = store.LeaseRequest{TTL: time.Hour, OperationID: fmt.Sprintf("order-%d", 1001+i), Kind: "order"}
+	}
+	es, err := st.Lease(ctx, stalling, reqs, &store.LeaseParams{Owner: holder})
+	require.NoError(t, err)
+	for _, e := range es {
+		if e.Number != 3 {
+			_, err := st.Commit(ctx, stalling, e.Number, e.Token,
+				&store.CommitParams{Payload: fmt.Appendf(nil, `{"order":%d,"total":"%d.50"}`, 1000+e.Number, 10*e.Number)})
+			require.NoError(t, err)
+		}
+	}
+	ps, err := st.Lease(ctx, healthy, reqs[:3], &store.LeaseParams{Owner: "payments-worker-1"})
+	require.NoError(t, err)
+	for _, e := range ps {
+		_, err := st.Commit(ctx, healthy, e.Number, e.Token, &store.CommitParams{Payload: []byte(`{"paid":true}`)})
+		require.NoError(t, err)
+	}
+	l, err := st.AcquireLease(ctx, leaseName, leaseHold, &store.AcquireLeaseParams{TTL: time.Hour})
+	require.NoError(t, err)
+	_, err = st.RenewLease(ctx, l.Name, l.Owner, l.Fence, &store.RenewLeaseParams{TTL: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, st.SaveCheckpoint(ctx, reader, stalling, 2, nil))
+	return es
+}
+
+// browser is one chromium, headless, and one tab in it.
+type browser struct {
+	t      *testing.T
+	tab    context.Context
+	output *syncBuffer
+}
+
+// newBrowser starts chromium and opens a tab; both close when t ends. It
+// fails t, saying how to install chromium, when there is none.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path := chromiumPath(t)
+	out := &syncBuffer{}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.WindowSize(width, height),
+		chromedp.CombinedOutput(out),
+	)
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // chromium refuses root with its sandbox
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	tab, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		// Close the browser gracefully, waiting for it to exit, but not
+		// forever.
+		cctx, ccancel := context.WithTimeout(tab, waitTimeout)
+		if err := chromedp.Cancel(cctx); err != nil {
+			t.Logf("closing chromium: %v", err)
+		}
+		ccancel()
+		cancel()
+		acancel()
+		if t.Failed() {
+			o := out.String()
+			t.Logf("chromium's output (the end):\n%s", o[max(0, len(o)-4000):])
+		}
+	})
+	start := time.Now()
+	// The first Run starts the browser: no timeout on its context, which
+	// would stop the browser when it ends.
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("start chromium (%s): %v\n%s", path, err, out.String())
+	}
+	t.Logf("chromium started in %v", time.Since(start).Round(time.Millisecond))
+	return &browser{t: t, tab: tab, output: out}
+}
+
+// chromiumPath returns the chromium to run, or fails t saying how to
+// install one.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
+		return "/usr/bin/chromium"
+	}
+	t.Fatal(`browsertest: chromium is not installed (not on PATH, not /usr/bin/chromium).
+
+This test drives Debian's chromium. Provide it in one of these ways:
+  - run "make browser", which installs it when it is missing (scripts/ensure-chromium,
+    as root or through passwordless sudo);
+  - install it yourself: sudo apt-get update && sudo apt-get install -y chromium`)
+	return ""
+}
+
+// do runs actions in the tab, each step bounded by waitTimeout.
+func (b *browser) do(actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	for _, a := range actions {
+		ctx, cancel := context.WithTimeout(b.tab, waitTimeout)
+		_, err := chromedp.Run(ctx, a)
+		cancel()
+		require.NoError(b.t, err)
+	}
+}
+
+// follow runs an action that loads a page (a click on a link) and waits
+// until the page has loaded; it fails unless the page answered 200.
+func (b *browser) follow(action chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.tab, waitTimeout)
+	defer cancel()
+	resp, err := chromedp.RunResponse(ctx, action)
+	require.NoError(b.t, err)
+	require.Equal(b.t, int64(http.StatusOK), resp.Status, "%s", resp.URL)
+}
+
+// clickIn clicks the element that the JavaScript expression elem finds, a
+// link in <main>, in one go inside the page. A mouse click (press, then
+// release) could straddle a live update, which replaces <main>'s nodes, and
+// be lost; the links of the header, never replaced, get real mouse clicks.
+func clickIn(elem string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		ok, err := chromedp.Evaluate[bool](`(() => { const e = `+elem+`; if (!e) { return false; } e.click(); return true; })()`)(ctx, t)
+		if err == nil && !ok {
+			err = fmt.Errorf("no element %s to click", elem)
+		}
+		return err
+	})
+}
+
+// waitFor waits until the JavaScript expression is truthy in the page.
+func (b *browser) waitFor(expr string) {
+	b.t.Helper()
+	if _, err := b.poll(`() => (` + expr + `)`); err != nil {
+		b.t.Fatalf("waiting for %s: %v", expr, err)
+	}
+}
+
+// poll waits until the JavaScript function fn, called with args, returns a
+// truthy value, and returns that value as JSON; it gives up after
+// waitTimeout.
+func (b *browser) poll(fn string, args ...any) (string, error) {
+	ctx, cancel := context.WithTimeout(b.tab, waitTimeout+10*time.Second) // the poll's own timeout comes first
+	defer cancel()
+	return chromedp.Run(ctx, chromedp.PollFunction[string](`(...args) => { const v = (`+fn+`)(...args); return v ? JSON.stringify(v) : false; }`,
+		chromedp.WithPollingArgs(args...),
+		chromedp.WithPollingTimeout(waitTimeout), chromedp.WithPollingInterval(50*time.Millisecond)))
+}
+
+// waitLive waits until the page's script runs: it shows the "live" mark.
+func (b *browser) waitLive() {
+	b.t.Helper()
+	b.waitFor(`(() => { const l = document.getElementById("live"); return l && !l.hidden; })()`)
+}
+
+// markPage marks the page's window; requireSamePage checks the mark is
+// still there: the page changed by its own live updates, not by a load.
+func (b *browser) markPage() {
+	b.t.Helper()
+	b.do(chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[bool](`window.seqleaseBrowserTest = true`)(ctx, t)
+		return err
+	}))
+}
+
+func (b *browser) requireSamePage() {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.tab, waitTimeout)
+	defer cancel()
+	same, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.seqleaseBrowserTest === true`))
+	require.NoError(b.t, err)
+	require.True(b.t, same, "the page was loaded again: the live update should have changed it in place")
+}
+
+// streamRow is a row of the streams page, as text.
+type streamRow struct {
+	Next      string `json:"next"`
+	Watermark string `json:"watermark"`
+	Lag       string `json:"lag"`
+	InFlight  string `json:"inFlight"`
+	Expired   string `json:"expired"`
+	Oldest    string `json:"oldest"`
+	Gaps      string `json:"gaps"`
+	Stalled   bool   `json:"stalled"`
+}
+
+// rowJS reads the streams page's row of stream args[0] into r, or null.
+const rowJS = `const tr = Array.from(document.querySelectorAll("table.streams tbody tr"))
+	.find(tr => tr.cells[0].textContent.trim() === args[0]);
+const r = tr ? {
+	next: tr.cells[1].textContent.trim(), watermark: tr.cells[2].textContent.trim(),
+	lag: tr.cells[3].textContent.trim(), inFlight: tr.cells[4].textContent.trim(),
+	expired: tr.cells[5].textContent.trim(), oldest: tr.cells[6].textContent.trim(),
+	gaps: tr.cells[7].textContent.trim(), stalled: tr.classList.contains("stalled"),
+} : null;`
+
+// waitRow waits until the streams page's row of stream satisfies cond, a
+// JavaScript expression on r (a streamRow), and returns the row.
+func (b *browser) waitRow(stream, cond string) streamRow {
+	b.t.Helper()
+	got, err := b.poll(`(...args) => { `+rowJS+` return r && (`+cond+`) ? r : false; }`, stream)
+	if err != nil {
+		ctx, cancel := context.WithTimeout(b.tab, waitTimeout)
+		defer cancel()
+		last, lerr := chromedp.Run(ctx, chromedp.Evaluate[string](
+			`(() => { const args = [`+strconv.Quote(stream)+`]; `+rowJS+` return JSON.stringify(r); })()`))
+		if lerr != nil {
+			last = lerr.Error()
+		}
+		b.t.Fatalf("waiting for the row of %s with %s: %v\nlast seen: %s", stream, cond, err, last)
+	}
+	var row streamRow
+	require.NoError(b.t, json.Unmarshal([]byte(got), &row))
+	return row
+}
+
+// screenshot writes the viewport to docs/ui/name.png when screenshotsEnv
+// is set.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	if os.Getenv(screenshotsEnv) == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.tab, waitTimeout)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	require.NoError(b.t, err)
+	require.NoError(b.t, os.MkdirAll(screenshotDir, 0o755))
+	require.NoError(b.t, os.WriteFile(filepath.Join(screenshotDir, name+".png"), png, 0o644))
+}
+
+// syncBuffer is a bytes.Buffer safe for chromium's output goroutine and the
+// test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
