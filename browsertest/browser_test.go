@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,9 +32,9 @@ const (
 	// waitTimeout bounds every wait on the page: generous, as the machines
 	// running the test are small and shared.
 	waitTimeout = 30 * time.Second
-	// refresh is the pages' own refresh: short, so that the live updates
-	// come quickly.
-	refresh = 300 * time.Millisecond
+	// refresh is the pages' own refresh: the shortest there is (the pages
+	// count it in whole seconds), so that the live updates come quickly.
+	refresh = time.Second
 	// prefix is where the handler is mounted, as in an application's mux.
 	prefix = "/seqlease/"
 	// width and height are the browser's viewport, and the screenshots'.
@@ -54,17 +55,29 @@ const (
 	leaseName = "projection/orders"
 	leaseHold = "projector-2"
 	reader    = "orders-projection"
+	// operator force-releases the named lease, for forceReason.
+	operator    = "operator-ana"
+	forceReason = "projector-2 is stuck; restarting it"
 )
 
 // TestBrowser opens the streams page in chromium, sees a stream stall when a
 // lease expires and recover after a cleanup pass, through the page's own
-// live updates, then visits every other page. See the package doc.
+// live updates, visits every other page, and force-releases a named lease
+// through its form and CSRF token. See the package doc.
 func TestBrowser(t *testing.T) {
 	st := newStore(t)
 	ctx := t.Context()
 	entries := seed(t, st)
 
-	h, err := ui.New(&ui.Config{Store: st, Refresh: refresh})
+	actions := &syncBuffer{} // the handler's log: the record of every action
+	h, err := ui.New(&ui.Config{
+		Store:   st,
+		Refresh: refresh,
+		Logger:  slog.New(slog.NewTextHandler(actions, nil)),
+		Actions: &ui.ActionsConfig{
+			Authenticate: func(*http.Request) (string, error) { return operator, nil },
+		},
+	})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle(prefix, http.StripPrefix(prefix[:len(prefix)-1], h))
@@ -91,7 +104,7 @@ func TestBrowser(t *testing.T) {
 	b.screenshot("streams")
 
 	// The stream's page shows what holds it: 3, expired, and its holder.
-	b.follow(clickIn(`document.evaluate('//tr[td[1]/a[text()="` + stalling + `"]]/td[1]/a', document).iterateNext()`))
+	b.follow(http.StatusOK, clickIn(`document.evaluate('//tr[td[1]/a[text()="`+stalling+`"]]/td[1]/a', document).iterateNext()`))
 	b.waitFor(`(() => { const r = document.getElementById("n3");
 		return r && r.classList.contains("expired") && r.querySelector("td.owner").textContent === "` + holder + `"; })()`)
 	b.screenshot("stream")
@@ -113,24 +126,63 @@ func TestBrowser(t *testing.T) {
 	b.requireSamePage()
 
 	// The open gap, through the streams page's link.
-	b.follow(clickIn(`document.evaluate('//tr[td[1]/a[text()="` + stalling + `"]]/td[8]/a', document).iterateNext()`))
+	b.follow(http.StatusOK, clickIn(`document.evaluate('//tr[td[1]/a[text()="`+stalling+`"]]/td[8]/a', document).iterateNext()`))
 	b.waitFor(`(() => { const r = document.querySelector("table.gaps tbody tr");
 		return r && r.cells[0].textContent === "3" && r.cells[1].textContent === "expired" && r.cells[2].textContent === "lost"; })()`)
 	b.screenshot("gaps")
 
 	// The named leases, then the one lease and its history.
-	b.follow(chromedp.Click(chromedp.CSS(`nav a[href="leases"]`)))
+	b.follow(http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="leases"]`)))
 	b.waitFor(`(() => { const r = document.querySelector("table.leases tbody tr");
 		return r && r.querySelector("td.owner").textContent === "` + leaseHold + `"; })()`)
 	b.screenshot("leases")
-	b.follow(clickIn(`document.querySelector("table.leases tbody tr td.name a")`))
+	b.follow(http.StatusOK, clickIn(`document.querySelector("table.leases tbody tr td.name a")`))
 	b.waitFor(`(() => document.querySelectorAll("table.history tbody tr").length === 2)()`)
 	b.screenshot("lease")
 
 	// The reader, behind its stream's new watermark.
-	b.follow(chromedp.Click(chromedp.CSS(`nav a[href="readers"]`)))
+	b.follow(http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="readers"]`)))
 	b.waitFor(`document.querySelector("main table tbody") !== null && document.querySelector("main table tbody").textContent.includes("` + reader + `")`)
 	b.screenshot("readers")
+
+	// Force-release the named lease from its page, as an operator: the
+	// confirmation page's form with a token altered in the page is refused
+	// and changes nothing; the form as served releases the lease.
+	b.follow(http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="leases"]`)))
+	b.follow(http.StatusOK, clickIn(`document.querySelector("table.leases tbody tr td.name a")`))
+	b.follow(http.StatusOK, clickIn(`document.getElementById("force-release")`))
+	b.waitFor(`(() => { const f = document.getElementById("action-form"), t = f && f.elements.namedItem("token");
+		return t && t.value.length > 20 && f.textContent.includes("Acting as ` + operator + `"); })()`)
+	confirm := b.location()
+	b.do(chromedp.SendKeys(chromedp.ID("reason"), forceReason))
+	b.do(chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := chromedp.Evaluate[string](`(() => { const t = document.getElementById("action-form").elements.namedItem("token");
+			return t.value = t.value.slice(0, -1) + (t.value.endsWith("A") ? "B" : "A"); })()`)(ctx, t)
+		return err
+	}))
+	b.follow(http.StatusForbidden, chromedp.Click(chromedp.ID("confirm")))
+	l, err := st.GetLease(ctx, leaseName, nil)
+	require.NoError(t, err)
+	require.True(t, l.Held(), "a refused action changed the lease: %+v", l)
+	require.Contains(t, actions.String(), "action refused: token")
+
+	b.do(chromedp.Navigate(confirm)) // a fresh confirmation page, a fresh token
+	b.do(chromedp.SendKeys(chromedp.ID("reason"), forceReason))
+	b.screenshot("force-release")
+	b.follow(http.StatusOK, chromedp.Click(chromedp.ID("confirm"))) // 303 to the lease's page
+	b.waitFor(`(() => { const r = document.getElementById("result");
+		return r && r.textContent.includes("Reason: ` + forceReason + ` (by ` + operator + `)")
+			&& document.querySelector("dl.figures dd").textContent === "force-released"; })()`)
+	b.screenshot("force-released")
+	l, err = st.GetLease(ctx, leaseName, nil)
+	require.NoError(t, err)
+	require.False(t, l.Held(), "%+v", l)
+	require.Equal(t, store.LeaseForceReleased, l.EndReason)
+	require.Equal(t, leaseHold, l.Owner)
+	log := actions.String()
+	require.Contains(t, log, `outcome=done`)
+	require.Contains(t, log, `actor=`+operator)
+	require.Contains(t, log, `reason="`+forceReason+`"`)
 }
 
 // newStore returns a store on a fresh schema of the test database.
@@ -253,15 +305,26 @@ func (b *browser) do(actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-// follow runs an action that loads a page (a click on a link) and waits
-// until the page has loaded; it fails unless the page answered 200.
-func (b *browser) follow(action chromedp.Action[chromedp.Void]) {
+// follow runs an action that loads a page (a click on a link, a form's
+// submit button) and waits until the page has loaded, after any redirect;
+// it fails unless the page answered status.
+func (b *browser) follow(status int, action chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.tab, waitTimeout)
 	defer cancel()
 	resp, err := chromedp.RunResponse(ctx, action)
 	require.NoError(b.t, err)
-	require.Equal(b.t, int64(http.StatusOK), resp.Status, "%s", resp.URL)
+	require.Equal(b.t, int64(status), resp.Status, "%s", resp.URL)
+}
+
+// location returns the URL of the tab's page.
+func (b *browser) location() string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.tab, waitTimeout)
+	defer cancel()
+	loc, err := chromedp.Run(ctx, chromedp.Location())
+	require.NoError(b.t, err)
+	return loc
 }
 
 // clickIn clicks the element that the JavaScript expression elem finds, a

@@ -21,7 +21,12 @@
 // stream stalled with one expired lease holding the watermark. A cleanup
 // pass (cleanup.Service.RunOnce) declares the number a gap and the page
 // shows the stream recover: the watermark moves past it, nothing expired.
-// It then follows the links to every other page. Every wait is a
+// It then follows the links to every other page, and force-releases a named
+// lease as an operator (the handler's actions on, Authenticate naming the
+// operator): the confirmation page's form with its CSRF token altered in
+// the page is refused with 403 and the lease stays held; the form as
+// served, with a reason typed in, releases it, and the test checks the
+// store, the page's result box and the handler's log record. Every wait is a
 // condition on the DOM (chromedp.Poll), never a sleep, bounded by
 // waitTimeout (generous: the machines are small and shared). One browser
 // serves the whole run.
@@ -29,8 +34,8 @@
 // # Screenshots
 //
 // With SEQLEASE_SCREENSHOTS=1 the test writes a screenshot of each page
-// (1200x800 PNG) into docs/ui/, the ones docs/ui.md shows; without it, it
-// writes nothing.
+// (1200x800 PNG), the force-release's confirmation and its result included,
+// into docs/ui/, the ones docs/ui.md shows; without it, it writes nothing.
 //
 // # Requirements
 //
