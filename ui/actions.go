@@ -523,7 +523,11 @@ func (h *Handler) forceRelease(ctx context.Context, name, owner, fence string, a
 	if len(names) > 10 {
 		shown += fmt.Sprintf(" and %d more", len(names)-10)
 	}
-	return back, fmt.Sprintf("Force-released %d named leases of %s: %s.", len(ended), owner, shown), nil
+	noun := "named leases"
+	if len(ended) == 1 {
+		noun = "named lease"
+	}
+	return back, fmt.Sprintf("Force-released %d %s of %s: %s.", len(ended), noun, owner, shown), nil
 }
 
 // oneStream is the store a pass over one stream runs on: its listing of
