@@ -112,7 +112,20 @@ type Entry struct {
 	// OperationID is the original operation's, ResolvedAt the recovery time.
 	RecoveredFrom int64
 	RecoveryType  string // how it was recovered, e.g. "partial-work", "retry"
+
+	// The recovery record of a leased, expired entry (Parker): how many
+	// recoveries of it failed (since it expired, or since it was last
+	// unparked), why the last one did, and when the entry was parked (zero
+	// unless it is). Zero for a resolved entry: a resolution ends the
+	// record.
+	RecoveryAttempts  int
+	LastRecoveryError string
+	ParkedAt          time.Time
 }
+
+// Parked reports whether e is parked: leased, and left alone by the cleanup
+// loop until an operator chooses what becomes of it (Parker).
+func (e Entry) Parked() bool { return e.State == Leased && !e.ParkedAt.IsZero() }
 
 // LeaseRequest describes one number to lease.
 type LeaseRequest struct {

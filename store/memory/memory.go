@@ -52,6 +52,9 @@ type stream struct {
 	firstUnresolved int64
 	unresolved      int64
 	gaps            int64 // open gaps among the retained entries
+	// records holds the recovery records of leased entries (parked.go):
+	// few, so kept apart from the ledger's slots; nil until the first.
+	records map[int64]record
 }
 
 func newStream(name string) *stream {
@@ -122,6 +125,7 @@ func (st *stream) entry(number int64) (rec, error) {
 func (s *Store) resolve(name string, st *stream, e rec, n int64, to state, t time.Time) {
 	e.slot.state = to
 	e.setTime(tResolved, t)
+	delete(st.records, n) // a resolution ends the recovery record
 	st.unresolved--
 	if to == stateGap {
 		st.gaps++
@@ -562,7 +566,7 @@ func (st *stream) expired(out []store.Entry, name string, after int64, now time.
 	for n := max(after+1, st.firstUnresolved); n <= st.last && len(out) < limit; n++ {
 		e := st.at(n)
 		if e.slot.state == stateLeased && !now.Before(e.time(tExpires)) {
-			out = append(out, e.entry(name, n))
+			out = append(out, st.withRecord(e.entry(name, n)))
 		}
 	}
 	return out
@@ -588,7 +592,13 @@ func (s *Store) Read(ctx context.Context, name string, after int64, limit int) (
 	}
 	from := min(after+1, st.last+1)
 	to := min(from+int64(limit), st.last+1)
-	return st.clone(name, from, to), nil
+	out := st.clone(name, from, to)
+	if len(st.records) > 0 {
+		for i := range out {
+			out[i] = st.withRecord(out[i])
+		}
+	}
+	return out, nil
 }
 
 // Stats implements the storage contract's Stats.

@@ -816,10 +816,11 @@ func collectEntries(rows pgx.Rows) ([]store.Entry, error) {
 		filledBy    *string
 		recFrom     *int64
 		recType     *string
+		parkedAt    *time.Time
 	)
 	dest := []any{&e.Stream, &e.Number, &e.State, &token, &e.Owner, &e.OperationID, &e.Kind,
 		&e.LeasedAt, &e.ExpiresAt, &e.Renewals, &resolvedAt, &e.Payload, &gapReason, &recoveredAs,
-		&filledAt, &filledBy, &recFrom, &recType}
+		&filledAt, &filledBy, &recFrom, &recType, &e.RecoveryAttempts, &e.LastRecoveryError, &parkedAt}
 	_, err := pgx.ForEachRow(rows, dest, func() error {
 		x := e
 		x.Token = token.Bytes
@@ -838,8 +839,11 @@ func collectEntries(rows pgx.Rows) ([]store.Entry, error) {
 		if recFrom != nil {
 			x.RecoveredFrom, x.RecoveryType = *recFrom, *recType
 		}
+		if parkedAt != nil {
+			x.ParkedAt = *parkedAt
+		}
 		out = append(out, x)
-		e, resolvedAt, gapReason, recoveredAs, filledAt, filledBy, recFrom, recType = store.Entry{}, nil, nil, nil, nil, nil, nil, nil
+		e, resolvedAt, gapReason, recoveredAs, filledAt, filledBy, recFrom, recType, parkedAt = store.Entry{}, nil, nil, nil, nil, nil, nil, nil, nil
 		return nil
 	})
 	return out, err

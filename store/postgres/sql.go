@@ -26,12 +26,19 @@ type queries struct {
 	claimHooks, ackHook, retryHook, addHooks    string
 	hookStats                                   string
 	appendEntries, xactID, confirm              string
+
+	// parked work (parked.go)
+	recordFailure, listParked, listParkedStream string
+	countParked, unpark, parkedProbe            string
 }
 
 // entryColumns is the column list scanEntry reads.
 const entryColumns = `stream, number, state, token, owner, operation_id, kind, leased_at,
 	expires_at, renewals, resolved_at, payload, gap_reason, recovered_as, filled_at, filled_by,
-	recovered_from, recovery_type`
+	recovered_from, recovery_type,
+	CASE WHEN state = 'leased' THEN COALESCE(recovery_attempts, 0) ELSE 0 END,
+	CASE WHEN state = 'leased' THEN COALESCE(last_error, '') ELSE '' END,
+	CASE WHEN state = 'leased' THEN parked_at END`
 
 // nowExpr is the backend's clock at the statement: the pinned time when the
 // caller passes one (tests do), clock_timestamp() otherwise. clock_timestamp,
@@ -411,6 +418,12 @@ SELECT u.number FROM u`
 		&q.recoverExpiredBatch, &q.probeBatch, &q.appendEntries, &q.confirm, &q.resolveExpiredHook,
 		&q.resolveExpiredBatchHook, &q.recoverExpiredHook, &q.recoverExpiredBatchHook, &q.claimHooks,
 		&q.ackHook, &q.retryHook, &q.addHooks, &q.hookStats} {
+		*p = strings.ReplaceAll(*p, "{s}", s)
+	}
+	q.recordFailure, q.listParked, q.listParkedStream = recordFailureSQL, listParkedSQL, listParkedStreamSQL
+	q.countParked, q.unpark, q.parkedProbe = countParkedSQL, unparkSQL, parkedProbeSQL
+	for _, p := range []*string{&q.recordFailure, &q.listParked, &q.listParkedStream, &q.countParked,
+		&q.unpark, &q.parkedProbe} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

@@ -46,6 +46,9 @@ func capabilities(s Store) []group[Store] {
 	if _, ok := s.(store.HookQueue); ok {
 		out = append(out, group[Store]{"Hooks", testHooks})
 	}
+	if _, ok := s.(store.Parker); ok {
+		out = append(out, group[Store]{"Parked", testParked})
+	}
 	if _, ok := s.(Interrupter); ok {
 		out = append(out, group[Store]{"Interrupted", testInterrupted})
 	}
