@@ -64,6 +64,41 @@ type Config struct {
 	// waits, in order, until the recovery succeeds; the watermark lag
 	// grows, and the recovery failures (metrics, logs) say why.
 	MaxAttempts int
+	// OnExhausted is what the cleanup loop does with an entry whose
+	// recovery failed MaxAttempts times: ExhaustedGap (the default, the
+	// zero value) gives its work up as a gap; ExhaustedPark parks it, so
+	// that nothing is resolved without an operator choosing to (see
+	// Exhausted). ExhaustedPark needs MaxAttempts above 0 and a store
+	// that keeps the attempts (store.Parker: both built-in backends do).
+	OnExhausted Exhausted
+}
+
+// Exhausted is what becomes of an expired entry whose recovery failed
+// Config.MaxAttempts times (Config.OnExhausted).
+type Exhausted int
+
+const (
+	// ExhaustedGap declares the entry a gap with reason
+	// ReasonRecoveryFailed: its stream goes on, its work is lost.
+	ExhaustedGap Exhausted = iota
+	// ExhaustedPark parks the entry (store.Parker): it stays leased and
+	// expired, its stream keeps waiting behind it, and the cleanup loop
+	// tries it no more. An operator sees it (the CLI's parked command,
+	// store.Parker.ListParked, with the attempts and the last error) and
+	// chooses: unpark it (the loop tries again from zero attempts), commit
+	// its work under a new number, or give it up as a gap.
+	ExhaustedPark
+)
+
+// String returns "gap" or "park".
+func (x Exhausted) String() string {
+	switch x {
+	case ExhaustedGap:
+		return "gap"
+	case ExhaustedPark:
+		return "park"
+	}
+	return fmt.Sprintf("Exhausted(%d)", int(x))
 }
 
 // Pipeline is the recovery a cleanup loop runs on expired entries: which
@@ -78,6 +113,7 @@ type Pipeline struct {
 	pool        func() float64 // nil: unknown
 	owner       string
 	maxAttempts int
+	onExhausted Exhausted
 }
 
 // New returns the Pipeline cfg describes on s, or an error matching
@@ -96,12 +132,16 @@ func New(s Store, cfg *Config) (*Pipeline, error) {
 		return nil, fmt.Errorf("recovery: Config.StepRateWindow %d must be in 0..%d: %w", cfg.StepRateWindow, MaxRateWindow, store.ErrInvalidArgument)
 	case cfg.MaxAttempts < 0:
 		return nil, fmt.Errorf("recovery: Config.MaxAttempts %d is negative: %w", cfg.MaxAttempts, store.ErrInvalidArgument)
+	case cfg.OnExhausted != ExhaustedGap && cfg.OnExhausted != ExhaustedPark:
+		return nil, fmt.Errorf("recovery: Config.OnExhausted %v is neither ExhaustedGap nor ExhaustedPark: %w", cfg.OnExhausted, store.ErrInvalidArgument)
+	case cfg.OnExhausted == ExhaustedPark && cfg.MaxAttempts == 0:
+		return nil, fmt.Errorf("recovery: Config.OnExhausted park needs Config.MaxAttempts above 0 (the attempts before parking): %w", store.ErrInvalidArgument)
 	}
 	owner := cmp.Or(cfg.Owner, DefaultOwner)
 	if err := store.ValidateText("owner", owner); err != nil {
 		return nil, fmt.Errorf("recovery: Config.Owner: %w", err)
 	}
-	p := &Pipeline{selector: cfg.Selector, probe: cfg.Probe, pool: cfg.PoolSaturation, owner: owner, maxAttempts: cfg.MaxAttempts}
+	p := &Pipeline{selector: cfg.Selector, probe: cfg.Probe, pool: cfg.PoolSaturation, owner: owner, maxAttempts: cfg.MaxAttempts, onExhausted: cfg.OnExhausted}
 	if p.selector == nil {
 		sel := StepSelector{Gap: Gap(s)}
 		if cfg.WorkTracker != nil {
@@ -158,3 +198,7 @@ func (p *Pipeline) Owner() string { return p.owner }
 // MaxAttempts is how many failed recoveries in a row of an entry make its
 // work given up (Config.MaxAttempts); 0: never.
 func (p *Pipeline) MaxAttempts() int { return p.maxAttempts }
+
+// OnExhausted is what becomes of an entry whose recovery failed
+// MaxAttempts times (Config.OnExhausted).
+func (p *Pipeline) OnExhausted() Exhausted { return p.onExhausted }

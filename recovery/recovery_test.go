@@ -362,6 +362,11 @@ func TestNewDefaults(t *testing.T) {
 	require.Equal(t, []string{"partial-work", "retry", "gap"}, names(p.Select(recovery.Low, "k")))
 	require.Equal(t, []string{"gap"}, names(p.Select(recovery.High, "k")))
 	require.Equal(t, 3, p.MaxAttempts())
+	require.Equal(t, recovery.ExhaustedGap, p.OnExhausted(), "the default gives up as a gap")
+	p2, err := recovery.New(s, &recovery.Config{MaxAttempts: 2, OnExhausted: recovery.ExhaustedPark})
+	require.NoError(t, err)
+	require.Equal(t, recovery.ExhaustedPark, p2.OnExhausted())
+	require.Equal(t, "park", p2.OnExhausted().String())
 	r, err := p.Select(recovery.Low, "k").Run(ctx, es[0], nil)
 	require.NoError(t, err)
 	require.Equal(t, recovery.MethodRetry, r.Method)
@@ -403,6 +408,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{MinStepSuccessRate: -0.1}, {MinStepSuccessRate: 1.5}, {MinStepSuccessRate: math.NaN()},
 		{StepRateWindow: -1}, {StepRateWindow: recovery.MaxRateWindow + 1}, {MaxAttempts: -1},
 		{Owner: "nul\x00"}, {Owner: string(make([]byte, store.MaxTextLen+1))},
+		{OnExhausted: 7, MaxAttempts: 1}, {OnExhausted: -1, MaxAttempts: 1}, {OnExhausted: recovery.ExhaustedPark},
 	} {
 		_, err := recovery.New(s, &cfg)
 		require.Error(t, err, "%+v", cfg)
