@@ -83,7 +83,8 @@ type CycleResult struct {
 	Expired   int            // expired leases found
 	Resolved  map[string]int // resolved by this Service, by the step that resolved them
 	Elsewhere int            // found resolved meanwhile by someone else (a late release, another cleaner)
-	Failed    int            // left expired: their recovery failed; tried again next cycle
+	Failed    int            // left expired: their recovery failed; tried again next cycle (unless parked by it)
+	Parked    int            // parked entries found: not tried; each stream waits behind its own (store.Parker)
 	Deferred  int            // left waiting behind a live earlier lease of their stream
 	NotLeader int            // streams skipped: another cleaner leads them
 	Cascade   bool           // the cycle ran in cascade mode
@@ -95,7 +96,9 @@ type Service struct {
 	store       Store
 	interval    time.Duration
 	pipeline    *recovery.Pipeline
-	maxAttempts int // 0: never give up
+	maxAttempts int          // 0: never give up
+	park        bool         // park an entry at maxAttempts instead of declaring a gap
+	parker      store.Parker // nil: the store keeps no attempts; they are counted here
 	elector     Elector
 	leases      *lease.Manager // the default elector's, stopped by Stop
 	waiter      Waiter
@@ -129,7 +132,8 @@ type Service struct {
 }
 
 // attempt counts the failed recoveries in a row of a stream's first failing
-// entry.
+// entry, when the store keeps no count (store.Parker) or could not record
+// one.
 type attempt struct {
 	number int64
 	n      int
@@ -166,6 +170,12 @@ func New(s Store, cfg *Config) (*Service, error) {
 			return nil, fmt.Errorf("cleanup: %w", err)
 		}
 	}
+	parker, isParker := s.(store.Parker)
+	park := pipeline.OnExhausted() == recovery.ExhaustedPark
+	if park && !isParker {
+		return nil, fmt.Errorf("cleanup: Config.Pipeline: %w: parking (recovery.ExhaustedPark) needs a store that keeps the attempts (store.Parker): %w",
+			store.ErrUnsupported, store.ErrInvalidArgument)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -175,6 +185,8 @@ func New(s Store, cfg *Config) (*Service, error) {
 		interval:    cmp.Or(cfg.Interval, DefaultInterval),
 		pipeline:    pipeline,
 		maxAttempts: pipeline.MaxAttempts(),
+		park:        park,
+		parker:      parker,
 		elector:     cfg.Elector,
 		waiter:      cfg.Barrier,
 		batch:       cmp.Or(cfg.BatchSize, DefaultBatchSize),

@@ -21,7 +21,7 @@
 //	     │      gaps: ResolveExpiredBatch; moves: RecoverExpiredBatch (one transaction)     │
 //	     │      MoveTx runs in the moves' transaction; both write durable hook records      │
 //	     ├─ a step failed? ─> stop the stream: the entry stays expired (its work is kept);  │
-//	     │      retried next cycle; only the pipeline's MaxAttempts, if set, makes it a gap │
+//	     │      retried next cycle; only the pipeline's MaxAttempts, if set, gaps/parks it │
 //	     └─ resolved by this cleaner ─> hooks (queued, Hooks.Concurrency at a time)         │
 //	                                                                                        │
 //	a stream that waits behind a live lease is walked again when that lease ────────────────┘
@@ -86,11 +86,24 @@
 // A failing entry is never given up by default: its stream waits until the
 // recovery succeeds, its watermark lag grows, and every failure is logged
 // and reported (Observer.Handled, StepObserver: the metrics' failure
-// results and RecoveryFailureRate alert). With an attempt limit set
-// (recovery.Config.MaxAttempts), the MaxAttempts-th failure in a row
-// declares the entry a gap with
-// reason recovery.ReasonRecoveryFailed instead: the stream goes on, and the
-// work is lost. A write whose reply was lost is read back: a move that
+// results and RecoveryFailureRate alert). On a store that is a
+// store.Parker (both built-in backends) each failure is also counted on
+// the entry, with its error, so a restart forgets no attempt and operators
+// see why. With an attempt limit set (recovery.Config.MaxAttempts), the
+// MaxAttempts-th failure declares the entry a gap with reason
+// recovery.ReasonRecoveryFailed (the stream goes on, and the work is
+// lost), or, with recovery.Config.OnExhausted set to ExhaustedPark, parks
+// it:
+//
+//	expired ──fail──> expired, attempts n ──...──> parked (attempts = MaxAttempts)
+//	   ^                                             │   the loop skips it: no call,
+//	   └──────────── UnparkEntry (attempts 0) ───────┤   no failure counted; its
+//	                                                 │   stream waits behind it
+//	              RecoverExpired (operator's work) ──┤
+//	              ResolveExpired (given up: a gap) ──┘──> resolved
+//
+// A parked entry is never resolved by the loop: an operator chooses
+// (the CLI's parked, unpark, fill-parked and give-up commands). A write whose reply was lost is read back: a move that
 // committed is reported as the move it was. A cancelled context ends the
 // loop and is not an error.
 //

@@ -107,6 +107,15 @@ func (w *walk) abandon() {
 // handle decides what becomes of e; false when the walk must stop.
 func (w *walk) handle(ctx context.Context, e store.Entry) bool {
 	sv := w.c.sv
+	if e.Parked() {
+		// An operator's to decide (store.Parker): not tried, not counted;
+		// the rest of the stream waits behind it, in order.
+		if w.flush(ctx) {
+			w.c.res.Parked++
+			w.c.done[w.stream] = true
+		}
+		return false
+	}
 	p := sv.pipeline.Select(w.level, e.Kind)
 	rctx, end := sv.startRecovery(ctx, e)
 	observe := func(step string, r recovery.Result, err error) {
@@ -459,23 +468,36 @@ func (w *walk) addHook(ctx context.Context, e store.Entry) {
 	}
 }
 
-// giveUp counts a failed recovery of it.e. The entry stays expired, unless
+// giveUp counts a failed recovery of it.e: on the entry when the store is
+// a store.Parker (so a restart does not forget the count, and operators see
+// the last error), else in this process. The entry stays expired, unless
 // the pipeline's recovery.Config.MaxAttempts is set and this is its
-// MaxAttempts-th failure in a row: then the entry is declared a gap with reason
-// recovery.ReasonRecoveryFailed.
+// MaxAttempts-th failure: then, by recovery.Config.OnExhausted, the store
+// parks it in the same write (ExhaustedPark: the error returned matches
+// store.ErrParked), or it is declared a gap with reason
+// recovery.ReasonRecoveryFailed (ExhaustedGap).
 func (w *walk) giveUp(ctx context.Context, it pending, cause error) (recovery.Result, error) {
 	sv := w.c.sv
 	e := it.e
-	a := sv.attempts[w.stream]
-	if a.number != e.Number {
-		a = attempt{number: e.Number}
+	n, parked, recorded := w.record(ctx, e, cause)
+	if !recorded {
+		a := sv.attempts[w.stream]
+		if a.number != e.Number {
+			a = attempt{number: e.Number}
+		}
+		a.n++
+		sv.attempts[w.stream] = a
+		n = a.n
 	}
-	a.n++
-	sv.attempts[w.stream] = a
 	attrs := []any{slog.String("stream", e.Stream), slog.Int64("number", e.Number),
-		slog.String("operation_id", e.OperationID), slog.Int("attempt", a.n), slog.Int("max_attempts", sv.maxAttempts),
+		slog.String("operation_id", e.OperationID), slog.Int("attempt", n), slog.Int("max_attempts", sv.maxAttempts),
 		slog.Any("error", cause)}
-	if sv.maxAttempts == 0 || a.n < sv.maxAttempts {
+	switch {
+	case parked:
+		sv.logger.Error("cleanup: recovery kept failing; parked the entry: its stream waits until an operator "+
+			"unparks it, commits its work or gives it up (seqlease parked)", attrs...)
+		return recovery.Result{}, fmt.Errorf("%w; %w after %d failed attempts", cause, store.ErrParked, n)
+	case sv.maxAttempts == 0 || n < sv.maxAttempts || sv.park:
 		sv.logger.Warn("cleanup: recovery failed; the entry stays expired and its stream waits for the next cycle", attrs...)
 		return recovery.Result{}, cause
 	}
@@ -494,4 +516,31 @@ func (w *walk) giveUp(ctx context.Context, it pending, cause error) (recovery.Re
 	}
 	sv.step(it.ctx, e, recovery.MethodGap, r, err)
 	return r, err
+}
+
+// record counts a failed recovery of e on the entry (store.Parker), parking
+// it at the attempt limit when the pipeline parks. It returns the attempts
+// so far and whether e is parked now; recorded is false when the store
+// keeps no count or the write failed (giveUp then counts in this process).
+func (w *walk) record(ctx context.Context, e store.Entry, cause error) (n int, parked, recorded bool) {
+	sv := w.c.sv
+	if sv.parker == nil {
+		return 0, false, false
+	}
+	p := &store.RecoveryFailureParams{Error: cause.Error()}
+	if sv.park {
+		p.ParkAfter = sv.maxAttempts
+	}
+	qctx, cancel := context.WithTimeout(ctx, sv.qTimeout)
+	got, err := sv.parker.RecordRecoveryFailure(qctx, e.Stream, e.Number, p)
+	cancel()
+	switch {
+	case err == nil:
+		return got.RecoveryAttempts, got.Parked(), true
+	case errors.Is(err, store.ErrParked): // by another cleaner meanwhile
+		return e.RecoveryAttempts, true, true
+	}
+	sv.logger.Warn("cleanup: could not record a failed recovery on the entry; counting it in this process",
+		slog.String("stream", e.Stream), slog.Int64("number", e.Number), slog.Any("error", err))
+	return 0, false, false
 }
