@@ -40,6 +40,10 @@ const (
 	// promoted), as the store's HistoryHealth last said (critical). It
 	// resolves when the operator accepts the server's history.
 	AlertHistoryLost = "HistoryLost"
+	// AlertParked: more than Thresholds.Parked entries of the store are
+	// parked (store.Parker): their recovery kept failing and their streams
+	// wait until an operator chooses what becomes of them (warning).
+	AlertParked = "Parked"
 )
 
 // Alert is one change of an alert's state: it fires (Firing true) when its
@@ -67,6 +71,7 @@ const (
 	DefaultRecoveryFailureRate = 0.01
 	DefaultOpenGaps            = 100
 	DefaultHistoryLost         = 0
+	DefaultParked              = 0
 )
 
 // Thresholds of the alerts; each fires when its value is above its
@@ -87,6 +92,9 @@ type Thresholds struct {
 	// HistoryLost is how many streams and named leases may be refused
 	// for lost history. Default: DefaultHistoryLost (0: any fires).
 	HistoryLost int
+	// Parked is how many entries may be parked. Default: DefaultParked
+	// (0: any fires).
+	Parked int64
 }
 
 // EvaluatorConfig configures an Evaluator. A nil *EvaluatorConfig means the
@@ -140,6 +148,7 @@ type Evaluator struct {
 	cycle    int64  // expired leases found by the last cycle; -1: none yet
 	openGaps int64  // last count; -1: none yet
 	lost     int    // refused streams and names, as last told
+	parked   int64  // parked entries, last count; -1: none yet
 	alerts   map[string]*Alert
 }
 
@@ -175,12 +184,14 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 			RecoveryFailureRate: cmp.Or(cfg.Thresholds.RecoveryFailureRate, DefaultRecoveryFailureRate),
 			OpenGaps:            cmp.Or(cfg.Thresholds.OpenGaps, DefaultOpenGaps),
 			HistoryLost:         cmp.Or(cfg.Thresholds.HistoryLost, DefaultHistoryLost),
+			Parked:              cmp.Or(cfg.Thresholds.Parked, DefaultParked),
 		},
 		sink:     cfg.Sink,
 		logger:   cfg.Logger,
 		now:      cfg.Now,
 		cycle:    -1,
 		openGaps: -1,
+		parked:   -1,
 		alerts:   map[string]*Alert{},
 	}
 	e.slot = max(e.window/60, time.Nanosecond)
@@ -196,6 +207,7 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 		{Name: AlertRecoveryFailureRate, Level: LevelWarning, Threshold: e.th.RecoveryFailureRate},
 		{Name: AlertOpenGaps, Level: LevelWarning, Threshold: float64(e.th.OpenGaps)},
 		{Name: AlertHistoryLost, Level: LevelCritical, Threshold: float64(e.th.HistoryLost)},
+		{Name: AlertParked, Level: LevelWarning, Threshold: float64(e.th.Parked)},
 	} {
 		if a.Threshold >= 0 {
 			e.alerts[a.Name] = &a
@@ -249,6 +261,15 @@ func (e *Evaluator) HistoryLost(refused int) {
 	e.evaluateLocked(e.now())
 }
 
+// Parked reports how many entries of the store are parked
+// (store.Parker.CountParked).
+func (e *Evaluator) Parked(n int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.parked = n
+	e.evaluateLocked(e.now())
+}
+
 // Evaluate slides the window to now and re-evaluates every alert.
 func (e *Evaluator) Evaluate() {
 	e.mu.Lock()
@@ -262,7 +283,7 @@ func (e *Evaluator) Alerts() []Alert {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := make([]Alert, 0, len(e.alerts))
-	for _, name := range []string{AlertExpirationRate, AlertMassExpiry, AlertRecoveryFailureRate, AlertOpenGaps, AlertHistoryLost} {
+	for _, name := range []string{AlertExpirationRate, AlertMassExpiry, AlertRecoveryFailureRate, AlertOpenGaps, AlertHistoryLost, AlertParked} {
 		if a, ok := e.alerts[name]; ok {
 			out = append(out, *a)
 		}
@@ -345,6 +366,12 @@ func (e *Evaluator) evaluateLocked(now time.Time) {
 			"(an asynchronous standby promoted?); numbers and fences on them stop until the operator decides "+
 			"(docs/operations.md, Asynchronous replication); threshold %.0f", e.lost, a.Threshold)
 	})
+	if e.parked >= 0 {
+		e.set(now, AlertParked, float64(e.parked), e.parked > e.th.Parked, func(a *Alert) string {
+			return fmt.Sprintf("%d parked entries; threshold %.0f: their recovery kept failing and their streams wait "+
+				"until an operator unparks, fills or gives them up (seqlease parked lists them)", e.parked, a.Threshold)
+		})
+	}
 }
 
 // set records the value of an alert and, if its condition changed, sends

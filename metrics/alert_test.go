@@ -181,7 +181,7 @@ func TestAlertThresholds(t *testing.T) {
 	for _, x := range a.e.Alerts() {
 		names = append(names, x.Name)
 	}
-	require.Equal(t, []string{metrics.AlertExpirationRate, metrics.AlertRecoveryFailureRate, metrics.AlertOpenGaps, metrics.AlertHistoryLost}, names)
+	require.Equal(t, []string{metrics.AlertExpirationRate, metrics.AlertRecoveryFailureRate, metrics.AlertOpenGaps, metrics.AlertHistoryLost, metrics.AlertParked}, names)
 }
 
 // TestAlertHistoryLost checks that the lost history alert fires, critical,

@@ -105,6 +105,7 @@ func FuzzNewEvaluator(f *testing.F) {
 			{metrics.AlertMassExpiry, mass >= 0, mass < math.MaxInt},
 			{metrics.AlertOpenGaps, gapsTh >= 0, gapsTh < math.MaxInt64},
 			{metrics.AlertHistoryLost, true, true},
+			{metrics.AlertParked, true, false}, // never reported here
 		} {
 			if a.on {
 				wantOn[a.name], wantFire[a.name] = true, a.fire

@@ -54,6 +54,7 @@ const (
 	NameListenDeaf             = "seqlease.listen.deaf"
 	NameListenDeafChecks       = "seqlease.listen.deaf_checks"
 	NameHistoryLost            = "seqlease.history.lost"
+	NameRecoveryParked         = "seqlease.recovery.parked"
 )
 
 // Attribute keys of the instruments. Every value comes from a small set:
@@ -93,6 +94,12 @@ type WatermarkSource interface {
 // store/postgres).
 type GapCounter interface {
 	CountGaps(ctx context.Context, stream string) (int64, error)
+}
+
+// ParkedCounter counts the parked entries of every stream: the store
+// (store.Parker).
+type ParkedCounter interface {
+	CountParked(ctx context.Context) (int64, error)
 }
 
 // Config configures Metrics. A nil *Config means the defaults; so does the
@@ -150,6 +157,12 @@ type Config struct {
 	// Checkpoints or Listen, when it is a store.HistoryChecker; without
 	// one there is no such series.
 	History store.HistoryChecker
+	// Parked feeds the parked entries gauge (NameRecoveryParked) and the
+	// Parked alert: the store that parks entries (store.Parker: both
+	// built-in backends), counted at most every GapCountInterval (one
+	// query on PostgreSQL, for the whole store). Optional; without it
+	// there is no such series.
+	Parked ParkedCounter
 	// MaxReaderSeries bounds the (reader, stream) pairs the reader lag
 	// gauge reports, in (reader, stream) order: one listing page per
 	// store.MaxListLimit of them at each collection. Default:
@@ -175,6 +188,11 @@ type Metrics struct {
 	maxReaders int
 	listen     store.ListenChecker
 	history    store.HistoryChecker
+	parker     ParkedCounter
+
+	parkedMu sync.Mutex
+	parked   int64
+	parkedAt time.Time // zero: never counted
 
 	granted, committed, released, extended metric.Int64Counter
 	expired, recoveries, hookFailures      metric.Int64Counter
@@ -184,7 +202,7 @@ type Metrics struct {
 	nlHold                                 metric.Float64Histogram
 	lag, gapOpen, cycleExpired             metric.Int64ObservableGauge
 	cascadeActive, alertActive             metric.Int64ObservableGauge
-	hooksPending                           metric.Int64ObservableGauge
+	hooksPending, parkedGauge              metric.Int64ObservableGauge
 	nlLongHeld, readerLag, listenDeaf      metric.Int64ObservableGauge
 	listenDeafChecks, historyLost          metric.Int64ObservableCounter
 	registration                           metric.Registration
@@ -259,6 +277,7 @@ func New(cfg *Config) (*Metrics, error) {
 		readers:    cfg.Checkpoints,
 		maxReaders: cmp.Or(cfg.MaxReaderSeries, DefaultMaxReaderSeries),
 		listen:     cfg.Listen,
+		parker:     cfg.Parked,
 	}
 	for _, src := range []any{cfg.Gaps, cfg.Checkpoints} {
 		if lc, ok := src.(store.ListenChecker); ok && m.listen == nil {
@@ -328,6 +347,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.cascadeActive = gauge(NameCleanupCascadeActive, "{mode}", "1 while the cleanup loop is in cascade mode (a mass expiry), else 0.")
 	m.hookFailures = counter(NameCleanupHookFailures, "{failure}", "Resource-cleanup hooks that failed, timed out, or never ran (dropped: the queue was full, or Stop's grace period ended).")
 	m.hooksPending = gauge(NameCleanupHooksPending, "{hook}", "Durable hooks recorded and not yet delivered, on the whole store, as this process's cleanup loop last counted them; 0 without a durable hook (take the max across processes; a count that stays up is a hook that keeps failing).")
+	m.parkedGauge = gauge(NameRecoveryParked, "{entry}", "Parked entries of the whole store: their recovery kept failing and their streams wait until an operator unparks, fills or gives them up (take the max across processes).")
 	m.gapOpen = gauge(NameGapOpen, "{gap}", "Open (unfilled) gaps of the stream.")
 	m.gapCreated = counter(NameGapCreated, "{gap}", "Gaps created, by reason (released, expired, recovered, recovery-failed).")
 	m.gapFilled = counter(NameGapFilled, "{gap}", "Gaps filled through a fill policy, by their reason.")
@@ -350,7 +370,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 		return fmt.Errorf("creating instruments: %w", err)
 	}
 	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending, m.readerLag,
-		m.listenDeaf, m.listenDeafChecks, m.historyLost)
+		m.listenDeaf, m.listenDeafChecks, m.historyLost, m.parkedGauge)
 	if err != nil {
 		return fmt.Errorf("registering the gauges' callback: %w", err)
 	}
@@ -492,6 +512,14 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 			m.alerts.HistoryLost(len(h.Refused))
 		}
 	}
+	if m.parker != nil {
+		if n, ok := m.countParked(ctx); ok {
+			o.ObserveInt64(m.parkedGauge, n)
+			if m.alerts != nil {
+				m.alerts.Parked(n)
+			}
+		}
+	}
 	var openGaps int64
 	counted := false
 	m.streams.Range(func(_, v any) bool {
@@ -532,6 +560,26 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 		}
 	}
 	return nil
+}
+
+// countParked returns the parked entries of the store, counted at most
+// every GapCountInterval.
+func (m *Metrics) countParked(ctx context.Context) (int64, bool) {
+	m.parkedMu.Lock()
+	defer m.parkedMu.Unlock()
+	now := m.now()
+	if !m.parkedAt.IsZero() && now.Sub(m.parkedAt) < m.gapEvery {
+		return m.parked, true
+	}
+	qctx, cancel := context.WithTimeout(ctx, m.qTimeout)
+	n, err := m.parker.CountParked(qctx)
+	cancel()
+	if err != nil {
+		m.logger.Warn("metrics: count parked", slog.Any("error", err))
+		return m.parked, !m.parkedAt.IsZero() // the last count, rather than a hole in the series
+	}
+	m.parked, m.parkedAt = n, now
+	return n, true
 }
 
 // countGaps returns the open gaps of st, counted at most every
