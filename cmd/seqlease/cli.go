@@ -474,6 +474,10 @@ type entryRow struct {
 	RecoveryType  string    `json:"recovery_type,omitempty"`
 	FilledBy      string    `json:"filled_by,omitempty"`
 	PayloadBytes  int       `json:"payload_bytes"`
+	// the recovery record of a leased, expired entry (seqlease parked)
+	RecoveryAttempts int       `json:"recovery_attempts,omitempty"`
+	LastError        string    `json:"last_error,omitempty"`
+	ParkedAt         time.Time `json:"parked_at,omitzero"`
 }
 
 func toRow(e store.Entry) entryRow {
@@ -482,6 +486,7 @@ func toRow(e store.Entry) entryRow {
 		LeasedAt: e.LeasedAt, ExpiresAt: e.ExpiresAt, ResolvedAt: e.ResolvedAt, GapReason: e.GapReason,
 		RecoveredAs: e.RecoveredAs, RecoveredFrom: e.RecoveredFrom, RecoveryType: e.RecoveryType,
 		FilledBy: e.FilledBy, PayloadBytes: len(e.Payload),
+		RecoveryAttempts: e.RecoveryAttempts, LastError: e.LastRecoveryError, ParkedAt: e.ParkedAt,
 	}
 }
 
@@ -499,6 +504,10 @@ func (c *cli) emitEntries(es []store.Entry) error {
 			note = fmt.Sprintf("%s of %d", r.RecoveryType, r.RecoveredFrom)
 		case r.FilledBy != "":
 			note = "filled by " + r.FilledBy
+		case !r.ParkedAt.IsZero():
+			note = fmt.Sprintf("parked after %d failed recoveries (seqlease parked)", r.RecoveryAttempts)
+		case r.RecoveryAttempts > 0:
+			note = fmt.Sprintf("%d failed recoveries", r.RecoveryAttempts)
 		}
 		rows[i] = []string{fmt.Sprint(r.Number), r.State, r.GapReason, r.OperationID, r.Kind, r.Owner,
 			r.ExpiresAt.Format(time.RFC3339Nano), fmt.Sprint(r.PayloadBytes), note}

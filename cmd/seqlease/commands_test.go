@@ -138,6 +138,15 @@ func TestJSONSnakeCase(t *testing.T) {
 	require.NoError(t, s.SaveCheckpoint(ctx, "relay", "orders", 1, nil))
 	_, err = s.MarkReceived(ctx, "billing", "m-1", nil)
 	require.NoError(t, err)
+	// Stream p: 1..3 parked.
+	_, err = s.Lease(ctx, "p", []store.LeaseRequest{{TTL: time.Microsecond}, {TTL: time.Microsecond}, {TTL: time.Microsecond}}, nil)
+	require.NoError(t, err)
+	for n := int64(1); n <= 3; n++ {
+		require.Eventually(t, func() bool {
+			_, err := s.RecordRecoveryFailure(ctx, "p", n, &store.RecoveryFailureParams{Error: "tracker down", ParkAfter: 1})
+			return err == nil
+		}, 10*time.Second, time.Millisecond)
+	}
 
 	cases := []struct {
 		cmd  string
@@ -160,6 +169,10 @@ func TestJSONSnakeCase(t *testing.T) {
 		{"cleanup", []string{"cleanup", "-dry-run"}},
 		{"cleanup", []string{"cleanup", "orders"}},
 		{"fill-gap", []string{"fill-gap", "orders", "2", "-payload", "two", "-by", "operator"}},
+		{"parked", []string{"parked"}},
+		{"unpark", []string{"unpark", "p", "1"}},
+		{"give-up", []string{"give-up", "p", "2"}},
+		{"fill-parked", []string{"fill-parked", "p", "3", "-payload", "w", "-by", "alice"}},
 		{"trim", []string{"trim", "orders", "2"}},
 		{"force-release", []string{"force-release", "agent-2"}},
 		{"delete-checkpoint", []string{"delete-checkpoint", "-reader", "relay", "-stream", "orders"}},

@@ -1,6 +1,7 @@
 // Command seqlease is the operator's view of a seqlease database: migrate the
 // schema, list streams with their watermarks and in-flight leases, inspect a
-// stream's entries and gaps, fill a gap, trim its history, watch it live,
+// stream's entries and gaps, fill a gap, decide parked entries (unpark,
+// fill, give up), trim its history, watch it live,
 // audit its ledger, run a cleanup pass when no cleanup loop runs, list,
 // trace or force-release named leases, count or purge inbox records, count
 // the durable hooks, list or delete reader checkpoints, serve a read-only
@@ -18,6 +19,13 @@
 //	gaps STREAM              open gaps with reasons (-limit K)
 //	fill-gap STREAM NUMBER   commit a payload under an open gap through the fill policy
 //	                         (-by WHO, -payload TEXT or -payload-file FILE, -reason R,...)
+//	parked                   parked entries with their attempts and last error (-stream S,
+//	                         -limit K): recovery kept failing; each holds its stream
+//	unpark STREAM NUMBER     let the cleanup loop try a parked entry again, from zero attempts
+//	fill-parked STREAM NUMBER
+//	                         commit a parked entry's work by hand under a new number
+//	                         (-by WHO, -payload TEXT or -payload-file FILE)
+//	give-up STREAM NUMBER    give a parked entry up as a gap (-reason R, default given-up)
 //	trim STREAM BELOW        remove resolved entries below BELOW (never unresolved ones)
 //	watch STREAM             the watermark and the lag, live (-interval D, -count N)
 //	audit STREAM             check the ledger against I1-I4 and I6 (-ordered,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -338,4 +339,102 @@ func TestAuditReportsExpired(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "0 leases expired and unresolved")
 	require.NotContains(t, out, "EXPIRED")
+}
+
+// TestParked lists parked entries with their last error, and decides each
+// of them: unpark (tried again from zero attempts), give-up (a gap with the
+// reason given) and fill-parked (the work committed under a new number);
+// each refuses, changing nothing, an entry that is not parked, and bad
+// arguments exit 2.
+func TestParked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = s.Lease(ctx, "s", []store.LeaseRequest{{TTL: time.Microsecond, OperationID: "op-1", Kind: "k"},
+		{TTL: time.Microsecond, OperationID: "op-2"}, {TTL: time.Microsecond, OperationID: "op-3"},
+		{TTL: time.Microsecond, OperationID: "op-4"}, {TTL: time.Hour}}, nil)
+	require.NoError(t, err)
+	for n := int64(1); n <= 3; n++ {
+		require.Eventually(t, func() bool {
+			_, err := s.RecordRecoveryFailure(ctx, "s", n, &store.RecoveryFailureParams{Error: fmt.Sprint("tracker down ", n), ParkAfter: 1})
+			return err == nil
+		}, 10*time.Second, time.Millisecond)
+	}
+
+	code, out, errOut := seqlease(t, "-schema", schema, "parked")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `s\s+1\s+op-1\s+k\s+\S+\s+1\s+"tracker down 1"`, out)
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "parked", "-stream", "s", "-limit", "2")
+	require.Equal(t, 0, code, errOut)
+	var rows []parkedRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 2)
+	require.Equal(t, "tracker down 2", rows[1].LastError)
+	require.Equal(t, 1, rows[1].Attempts)
+	require.False(t, rows[1].ParkedAt.IsZero())
+	require.Contains(t, errOut, "more parked entries")
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "parked", "-stream", "other")
+	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, "[]", out)
+
+	before := ledger(t, s, "s")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"unpark", "s", "4"}, 1, "not parked"},
+		{[]string{"give-up", "s", "4"}, 1, "not parked"},
+		{[]string{"fill-parked", "s", "5", "-payload", "x", "-by", "bob"}, 1, "not parked"},
+		{[]string{"unpark", "s", "99"}, 1, "has not handed out 99"},
+		{[]string{"give-up", "s", "99"}, 1, "has not handed out 99"},
+		{[]string{"unpark", "s", "0"}, 2, "NUMBER must be a number of at least 1"},
+		{[]string{"unpark", "s"}, 2, "usage"},
+		{[]string{"give-up", "s", "1", "-reason", "bad\x01reason"}, 2, "control character"},
+		{[]string{"give-up", "s", "1", "-reason", ""}, 2, "must not be empty"},
+		{[]string{"fill-parked", "s", "1", "-payload", "x"}, 2, "-by"},
+		{[]string{"fill-parked", "s", "1", "-by", "bob"}, 2, "one of -payload"},
+		{[]string{"parked", "-limit", "0"}, 2, "-limit"},
+		{[]string{"parked", "-stream", "bad\x00"}, 2, "-stream"},
+	} {
+		code, _, errOut := seqlease(t, append([]string{"-schema", schema}, c.args...)...)
+		require.Equal(t, c.code, code, "%q: %s", c.args, errOut)
+		require.Contains(t, errOut, c.want, "%q", c.args)
+		require.Equal(t, before, ledger(t, s, "s"), "%q: nothing changed", c.args)
+	}
+
+	code, out, errOut = seqlease(t, "-schema", schema, "unpark", "s", "1")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "unparked")
+	e := ledger(t, s, "s")[0]
+	require.False(t, e.Parked())
+	require.Zero(t, e.RecoveryAttempts, "tried again from zero")
+	require.Equal(t, "tracker down 1", e.LastRecoveryError, "the last error is kept")
+
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "give-up", "s", "2", "-reason", "tracker retired")
+	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, `{"stream":"s","number":2,"result":"given-up","reason":"tracker retired"}`, out)
+	e = ledger(t, s, "s")[1]
+	require.Equal(t, store.Gap, e.State)
+	require.Equal(t, "tracker retired", e.GapReason)
+
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "fill-parked", "s", "3", "-payload", "work 3", "-by", "alice")
+	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, `{"stream":"s","number":3,"result":"filled","moved_to":6,"by":"alice"}`, out)
+	es := ledger(t, s, "s")
+	require.Equal(t, int64(6), es[2].RecoveredAs)
+	require.Equal(t, []byte("work 3"), es[5].Payload)
+	require.Equal(t, "operator", es[5].RecoveryType)
+	require.Equal(t, "alice", es[5].Owner)
+	require.Equal(t, "op-3", es[5].OperationID)
+
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "parked")
+	require.Equal(t, 0, code, errOut)
+	require.JSONEq(t, "[]", out, "none left")
+	code, _, errOut = seqlease(t, "-schema", schema, "give-up", "s", "2")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "not parked", "a gap is not given up twice")
 }
