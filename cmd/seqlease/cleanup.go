@@ -24,6 +24,7 @@ const (
 	actionSkip     = "skip"     // another cleaner leads its stream
 	actionResolved = "resolved" // resolved meanwhile by someone else
 	actionFailed   = "failed"   // its resolution failed: it stays expired
+	actionParked   = "parked"   // parked: left for an operator (seqlease parked)
 )
 
 // cleanupRow is one expired lease in `cleanup`.
@@ -34,7 +35,7 @@ type cleanupRow struct {
 	Kind        string    `json:"kind"`
 	Owner       string    `json:"owner"`
 	ExpiresAt   time.Time `json:"expires_at"`
-	Action      string    `json:"action"` // gap, wait, skip, resolved, failed
+	Action      string    `json:"action"` // gap, wait, skip, resolved, failed, parked
 	Detail      string    `json:"detail,omitempty"`
 }
 
@@ -54,6 +55,9 @@ type cleanupResult struct {
 	Waiting int `json:"waiting"`
 	// Failed counts those whose resolution failed (they stay expired).
 	Failed int `json:"failed"`
+	// Parked counts the parked ones: never resolved by a pass; each
+	// holds its stream until an operator chooses (seqlease parked).
+	Parked int `json:"parked"`
 	// SkippedStreams counts the streams another cleaner leads.
 	SkippedStreams int `json:"skipped_streams"`
 	// Remaining counts the expired leases left after the pass (not in a
@@ -196,7 +200,7 @@ func (c *cli) cleanupPass(ctx context.Context, stream string, durable bool) (cle
 	cr, err := sv.RunOnce(ctx)
 	sv.Stop()
 	res.Expired, res.Resolved, res.Failed = cr.Expired, cr.Elsewhere, cr.Failed
-	res.Waiting, res.SkippedStreams = cr.Deferred, cr.NotLeader
+	res.Waiting, res.SkippedStreams, res.Parked = cr.Deferred, cr.NotLeader, cr.Parked
 	for _, n := range cr.Resolved {
 		res.Gaps += n
 	}
@@ -238,6 +242,8 @@ func (c *cli) cleanupPlan(ctx context.Context, stream string) (cleanupResult, er
 				res.Waiting++
 			case actionResolved:
 				res.Resolved++
+			case actionParked:
+				res.Parked++
 			}
 		}
 		if len(rows) > 0 && rows[0].Action == actionSkip {
@@ -289,6 +295,12 @@ func (c *cli) planStream(ctx context.Context, es []store.Entry, now time.Time) (
 			return rows, nil
 		case len(unresolved) == 0 || unresolved[0] > n:
 			rows[i].Action, rows[i].Detail = actionResolved, "resolved since it was listed"
+		case es[i].Parked():
+			rows[i].Action, rows[i].Detail = actionParked, fmt.Sprintf("parked after %d failed recoveries: seqlease parked", es[i].RecoveryAttempts)
+			for k := i + 1; k < len(rows); k++ { // counted as waiting, as behind a live lease
+				rows[k].Action, rows[k].Detail = actionWait, fmt.Sprintf("behind the parked entry %d", n)
+			}
+			return rows, nil
 		default:
 			unresolved = unresolved[1:]
 			rows[i].Action, rows[i].Detail = actionGap, "reason "+store.ReasonExpired
@@ -309,11 +321,11 @@ func (c *cli) printCleanup(res cleanupResult) error {
 		return nil
 	}
 	if res.DryRun {
-		_, err := fmt.Fprintf(c.out, "dry run, nothing changed: %s expired; a pass would make %d gaps; %d wait behind a live lease; %d streams skipped (another cleaner leads them)\n",
-			atLeast(res.Expired, res.Capped), res.Gaps, res.Waiting, res.SkippedStreams)
+		_, err := fmt.Fprintf(c.out, "dry run, nothing changed: %s expired; a pass would make %d gaps; %d wait behind a live lease; %d streams skipped (another cleaner leads them); %d parked (seqlease parked)\n",
+			atLeast(res.Expired, res.Capped), res.Gaps, res.Waiting, res.SkippedStreams, res.Parked)
 		return err
 	}
-	_, err := fmt.Fprintf(c.out, "%d expired: %d made gaps, %d resolved elsewhere, %d failed, %d wait behind a live lease, %d streams skipped (another cleaner leads them); %d expired remain\n",
-		res.Expired, res.Gaps, res.Resolved, res.Failed, res.Waiting, res.SkippedStreams, res.Remaining)
+	_, err := fmt.Fprintf(c.out, "%d expired: %d made gaps, %d resolved elsewhere, %d failed, %d wait behind a live lease, %d streams skipped (another cleaner leads them); %d expired remain; %d parked (seqlease parked)\n",
+		res.Expired, res.Gaps, res.Resolved, res.Failed, res.Waiting, res.SkippedStreams, res.Remaining, res.Parked)
 	return err
 }

@@ -380,7 +380,26 @@ func TestParked(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.JSONEq(t, "[]", out)
 
+	// A cleanup pass leaves parked entries, and what waits behind them, alone.
 	before := ledger(t, s, "s")
+	for _, dry := range []bool{true, false} {
+		args := []string{"-schema", schema, "-json", "cleanup", "s"}
+		if dry {
+			args = append(args, "-dry-run")
+		}
+		code, out, errOut = seqlease(t, args...)
+		require.Equal(t, 0, code, errOut)
+		var res cleanupResult
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		require.Equal(t, 1, res.Parked, "dry run %v", dry)
+		require.Zero(t, res.Gaps, "dry run %v", dry)
+		if dry {
+			require.Equal(t, actionParked, res.Entries[0].Action)
+			require.Equal(t, actionWait, res.Entries[3].Action)
+		}
+	}
+	require.Equal(t, before, ledger(t, s, "s"), "cleanup: nothing changed")
+
 	for _, c := range []struct {
 		args []string
 		code int
