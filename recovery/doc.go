@@ -71,7 +71,8 @@
 // cleanup loop: the steps (by default Gap, plus PartialWork and Retry when
 // their trackers are given), the probe, the optional rate filter, and how
 // many failed attempts make an entry's work given up (Config.MaxAttempts;
-// by default never). The cleanup loop builds the default one itself, so a
+// by default never) and whether it then becomes a gap or is parked for an
+// operator to decide (Config.OnExhausted). The cleanup loop builds the default one itself, so a
 // caller with no trackers configures nothing here:
 //
 //	p, err := recovery.New(st, &recovery.Config{WorkTracker: work, OperationTracker: ops})

@@ -24,6 +24,7 @@
 //	TxRecoverer[T]  -             yes (pgx.Tx)    cleanup's MoveTx: the application's writes in the transaction that moves expired work
 //	HookQueue       yes           yes             cleanup's DurableHook: hook records written with the resolution, delivered at least once
 //	Appender        yes           yes             sequence.Leaser.Append: entries born committed, in one statement
+//	Parker          yes           yes             cleanup: failed recoveries counted on the entry; parked entries left to an operator
 //	ListenChecker   -             yes             metrics: the seqlease.listen.deaf gauge and deaf checks counter
 //	HistoryChecker  -             yes             metrics: the seqlease.history.lost counter and the HistoryLost alert
 //

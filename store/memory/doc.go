@@ -57,6 +57,12 @@
 // the stream's lock, so a stream's resolutions reach it in order. The sinks
 // are a copy-on-write slice read without a lock on the hot path.
 //
+// # Parked work
+//
+// The recovery records of expired entries (store.Parker) are few: each
+// stream keeps them in a map by number, apart from the ledger's slots, and
+// drops one when its entry resolves.
+//
 // # Time
 //
 // The store's clock (Config.Now, time.Now by default) plays the role of the

@@ -240,6 +240,15 @@
 // timeout), so a deliverer that dies mid-delivery leaves its records to the
 // next; AckHook and RetryHook are fenced by the claim's attempt number.
 //
+// # Parked work
+//
+// The recovery record of an expired entry (store.Parker) lives on its row:
+// recovery_attempts, last_error and parked_at (migration 000006), NULL for
+// the entries that never failed, so they cost those rows nothing. One
+// UPDATE counts a failure and parks at the limit; a partial index holds the
+// parked, leased rows, so ListParked and CountParked read only them. The
+// entry listings show the record while the entry is leased.
+//
 // # Lost history
 //
 // A server that lost committed transactions (an asynchronous standby
