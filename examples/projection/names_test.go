@@ -41,7 +41,7 @@ func TestPrometheusNamesAreDocumented(t *testing.T) {
 	defer b.Stop()
 	alerts, err := metrics.NewEvaluator(&metrics.EvaluatorConfig{Sink: func(metrics.Alert) {}})
 	require.NoError(t, err)
-	m, err := metrics.New(&metrics.Config{MeterProvider: tm.provider, Watermarks: b, Gaps: st, Alerts: alerts, LongHeldAfter: time.Nanosecond, Checkpoints: st, Listen: quietListeners{}, History: oneLoss{}})
+	m, err := metrics.New(&metrics.Config{MeterProvider: tm.provider, Watermarks: b, Gaps: st, Alerts: alerts, LongHeldAfter: time.Nanosecond, Checkpoints: st, Listen: quietListeners{}, History: oneLoss{}, Parked: st})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, m.Close()) }()
 
@@ -91,7 +91,7 @@ func TestPrometheusNamesAreDocumented(t *testing.T) {
 			}
 		}
 	}
-	require.Len(t, families, 27, "every instrument is served:\n%s", text)
+	require.Len(t, families, 28, "every instrument is served:\n%s", text)
 
 	name := regexp.MustCompile(`seqlease_[a-z_]+[a-z]`)
 	for _, doc := range []string{"../../docs/operations.md", "../../docs/grafana-dashboard.json"} {
