@@ -136,6 +136,8 @@ var boundFields = map[string][]string{
 	actForceRelease:   {"name", "owner", "fence"},
 	actResolveExpired: {"stream"},
 	actFillGap:        {"stream", "number"},
+	actUnpark:         {"stream", "number"},
+	actGiveUp:         {"stream", "number"},
 }
 
 // routeActions adds the confirmation pages and the action route to h.
@@ -143,6 +145,10 @@ func (h *Handler) routeActions() {
 	h.mux.HandleFunc("GET /"+actForceRelease, h.page(h.authed(h.confirmForceRelease)))
 	h.mux.HandleFunc("GET /"+actResolveExpired, h.page(h.authed(h.confirmResolveExpired)))
 	h.mux.HandleFunc("GET /"+actFillGap, h.page(h.authed(h.confirmFillGap)))
+	if h.parker() != nil {
+		h.mux.HandleFunc("GET /"+actUnpark, h.page(h.authed(h.confirmUnpark)))
+		h.mux.HandleFunc("GET /"+actGiveUp, h.page(h.authed(h.confirmGiveUp)))
+	}
 	h.mux.HandleFunc("/actions/{action}", h.post)
 }
 
@@ -484,6 +490,10 @@ func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Re
 		back, msg, err = h.resolveExpired(ctx, values[0], &attrs)
 	case actFillGap:
 		back, msg, err = h.fillGap(ctx, values[0], values[1], actor, []byte(f.Get("payload")), &attrs)
+	case actUnpark:
+		back, msg, err = h.unpark(ctx, values[0], values[1])
+	case actGiveUp:
+		back, msg, err = h.giveUp(ctx, values[0], values[1], &attrs)
 	}
 	if err != nil {
 		attrs = append(attrs, slog.String("outcome", "refused"), slog.Any("error", err))

@@ -73,7 +73,8 @@ func authenticate(r *http.Request) (string, error) {
 
 // prepareActions writes what the actions act on: named leases job and
 // job2 held by agent-1, stream stalled with two expired leases (nothing
-// live before them), and stream orders (see fill) whose 6 is an open gap.
+// live before them), stream orders (see fill) whose 6 is an open gap, and
+// stream parked whose 1 and 2 are parked (see park).
 func prepareActions(t *testing.T, s backend) *actionsBundle {
 	t.Helper()
 	ctx := t.Context()
@@ -87,6 +88,7 @@ func prepareActions(t *testing.T, s backend) *actionsBundle {
 	_, err = s.Lease(ctx, "stalled", []store.LeaseRequest{{TTL: time.Minute}, {TTL: time.Minute}}, &store.LeaseParams{Owner: owner, Now: &past})
 	require.NoError(t, err)
 	fill(t, s, "orders")
+	park(t, s, "parked", 2)
 	b := &actionsBundle{s: s, log: &syncBuffer{}}
 	b.h = newHandler(t, s, &ui.Config{
 		Logger: slog.New(slog.NewJSONHandler(b.log, nil)),
@@ -109,11 +111,12 @@ func (b *actionsBundle) state(t *testing.T) string {
 		require.NoError(t, err)
 		out = append(out, fmt.Sprintf("%s %s %d held=%v %s", name, l.Owner, l.Fence, l.Held(), l.EndReason))
 	}
-	for _, stream := range []string{"stalled", "orders"} {
+	for _, stream := range []string{"stalled", "orders", "parked"} {
 		es, err := b.s.Read(ctx, stream, 0, 100)
 		require.NoError(t, err)
 		for _, e := range es {
-			out = append(out, fmt.Sprintf("%s/%d %s %s %q", stream, e.Number, e.State, e.FilledBy, e.Payload))
+			out = append(out, fmt.Sprintf("%s/%d %s %s %q %s parked=%v attempts=%d", stream, e.Number, e.State, e.FilledBy, e.Payload,
+				e.GapReason, e.Parked(), e.RecoveryAttempts))
 		}
 	}
 	return strings.Join(out, "\n")
@@ -178,6 +181,8 @@ var testActions = []struct {
 	{"force-release", q("/force-release", "name", "job")},
 	{"resolve-expired", q("/resolve-expired", "stream", "stalled")},
 	{"fill-gap", q("/fill-gap", "stream", "orders", "number", "6")},
+	{"unpark", q("/unpark", "stream", "parked", "number", "1")},
+	{"give-up", q("/give-up", "stream", "parked", "number", "2")},
 }
 
 func TestActionsSucceed(t *testing.T) {
@@ -191,6 +196,9 @@ func TestActionsSucceed(t *testing.T) {
 			require.Contains(t, get(t, b.h, q("/lease", "name", "job")).body, `href="force-release?name=job"`)
 			require.Contains(t, get(t, b.h, q("/stream", "name", "stalled")).body, `href="resolve-expired?stream=stalled"`)
 			require.Contains(t, get(t, b.h, q("/gaps", "stream", "orders")).body, `href="fill-gap?number=6&amp;stream=orders"`)
+			parkedPage := get(t, b.h, "/parked").body
+			require.Contains(t, parkedPage, `href="unpark?number=1&amp;stream=parked"`)
+			require.Contains(t, parkedPage, `href="give-up?number=2&amp;stream=parked"`)
 
 			for _, a := range testActions {
 				f := form(t, b.h, a.confirm, operator)
@@ -244,6 +252,15 @@ func TestActionsSucceed(t *testing.T) {
 			require.Equal(t, operator, es[0].FilledBy)
 			require.Equal(t, "<b>refund</b>", string(es[0].Payload))
 
+			es, err = s.Read(ctx, "parked", 0, 10)
+			require.NoError(t, err)
+			require.Equal(t, store.Leased, es[0].State, "unparked, not resolved")
+			require.False(t, es[0].Parked())
+			require.Zero(t, es[0].RecoveryAttempts)
+			require.Equal(t, hostileError, es[0].LastRecoveryError, "the last error is kept")
+			require.Equal(t, store.Gap, es[1].State)
+			require.Equal(t, "given-up", es[1].GapReason)
+
 			// Each action is recorded at INFO with its actor and reason.
 			log := b.log.String()
 			for _, a := range testActions {
@@ -251,11 +268,14 @@ func TestActionsSucceed(t *testing.T) {
 			}
 			require.Contains(t, log, `"ended":["job","job2"]`)
 			require.Contains(t, log, `"gaps":2`)
+			require.Contains(t, log, `"gap_reason":"given-up"`)
 
 			// Acting again is refused and changes nothing.
 			before := b.state(t)
 			require.Equal(t, http.StatusConflict, request(t, b.h, http.MethodGet, testActions[0].confirm, nil, operator).status)
 			require.Equal(t, http.StatusConflict, request(t, b.h, http.MethodGet, testActions[2].confirm, nil, operator).status)
+			require.Equal(t, http.StatusConflict, request(t, b.h, http.MethodGet, testActions[3].confirm, nil, operator).status)
+			require.Equal(t, http.StatusConflict, request(t, b.h, http.MethodGet, testActions[4].confirm, nil, operator).status)
 			require.Equal(t, before, b.state(t))
 		})
 	}

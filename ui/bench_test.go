@@ -19,11 +19,13 @@ const (
 	benchGaps      = 100 // per stream
 	benchCommitted = 100 // per stream, after the gaps
 	benchLive      = 5   // per stream, leased and live at the end
+	benchParked    = 10  // per stream, parked after the live ones
 )
 
 // BenchmarkPages renders each page on PostgreSQL with 100 streams and
-// 10,000 gaps (100 per stream), 100 committed and 5 live leases per
-// stream, 100 named leases with history and 100 reader checkpoints. Each
+// 10,000 gaps (100 per stream), 100 committed, 5 live leases and 10
+// parked entries per stream (1,000 parked in all), 100 named leases with
+// history and 100 reader checkpoints. Each
 // listing asks for 100 rows, the default page size.
 //
 //	go test -run '^$' -bench BenchmarkPages -benchtime 50x ./ui/
@@ -63,6 +65,12 @@ func BenchmarkPages(b *testing.B) {
 		for _, r := range res {
 			require.NoError(b, r.Err)
 		}
+		parked, err := s.Lease(ctx, name, gapReqs[:benchParked], &store.LeaseParams{Owner: "worker", Now: &past})
+		require.NoError(b, err)
+		for _, e := range parked {
+			_, err := s.RecordRecoveryFailure(ctx, name, e.Number, &store.RecoveryFailureParams{Error: "tracker: connection refused", ParkAfter: 1})
+			require.NoError(b, err)
+		}
 		require.NoError(b, s.SaveCheckpoint(ctx, fmt.Sprintf("reader-%03d", i), name, int64(benchGaps), nil))
 		l, err := s.AcquireLease(ctx, fmt.Sprintf("lease-%03d", i), "agent", &store.AcquireLeaseParams{TTL: time.Hour})
 		require.NoError(b, err)
@@ -79,6 +87,8 @@ func BenchmarkPages(b *testing.B) {
 		{"leases", "/leases"},
 		{"lease", "/lease?name=lease-050"},
 		{"readers", "/readers"},
+		{"parked", "/parked"},
+		{"parked-stream", "/parked?stream=stream-050"},
 	}
 	for _, p := range pages {
 		b.Run(p.name, func(b *testing.B) {

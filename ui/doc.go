@@ -27,22 +27,34 @@
 //	/lease       one named lease (name): its holding and audit history
 //	/readers     the readers' checkpoints with their streams' watermarks
 //	             and lag
+//	/parked      the parked entries (store.Parker): recovery kept failing,
+//	             so each holds its stream until an operator chooses; with
+//	             the attempts and the last error (stream to filter;
+//	             after_stream, after to page)
 //
-// Parked work is not shown yet (the store has no parked work to read).
-// Named-lease waiters are not shown: the store records none.
+// The streams page marks a stream's parked entries among its expired ones
+// (no extra query: the expired listing carries ParkedAt), and the stream
+// page labels them parked. A store that is not a store.Parker has no
+// parked work: the page says so. Named-lease waiters are not shown: the
+// store records none.
 //
 // # Actions
 //
-// With Config.Actions, three actions write: force-release a named lease's
+// With Config.Actions, these actions write: force-release a named lease's
 // holder (store ForceReleaseLeases, as `seqlease force-release`), resolve
 // a stream's expired entries (one pass of a cleanup.Service over the
 // stream, gaps only, under the stream's cleanup lease, as `seqlease
-// cleanup STREAM`), fill a gap (gap.Gaps.Fill, as `seqlease fill-gap`).
-// Each is two requests, without JavaScript:
+// cleanup STREAM`), fill a gap (gap.Gaps.Fill, as `seqlease fill-gap`),
+// and, on a store.Parker, unpark a parked entry (UnparkEntry, as
+// `seqlease unpark`) or give it up as a gap with reason "given-up"
+// (ResolveExpired, as `seqlease give-up`). Each is two requests, without
+// JavaScript:
 //
 //	GET  /force-release?name=N           confirmation page: what will happen,
 //	GET  /resolve-expired?stream=S       a form with the bound fields, a
 //	GET  /fill-gap?stream=S&number=N     token and a reason input
+//	GET  /unpark?stream=S&number=N
+//	GET  /give-up?stream=S&number=N
 //	POST /actions/NAME                   checks, acts, 303 to the page it is
 //	                                     about with a signed result message
 //
@@ -53,7 +65,7 @@
 // fields (403: an HMAC-SHA256 under ActionsConfig.Secret); a missing,
 // long or control-character reason (400, store.ErrInvalidArgument). Then
 // the store call; its refusals (the lease changed since the confirmation,
-// not a gap) answer 409. Every action that passed the checks is one INFO
+// not a gap, no longer parked) answer 409. Every action that passed the checks is one INFO
 // record in Config.Logger with its actor, reason, fields and outcome: the
 // store has no place yet for the actor and the reason. Without Actions no
 // action link or form is rendered, the confirmation pages answer 404 and a

@@ -39,6 +39,8 @@ type streamRow struct {
 	Lag           int64 // numbers handed out beyond the watermark
 	Expired       int
 	ExpiredCapped bool
+	Parked        int    // among the expired ones counted
+	ParkedLink    string // the parked page of the stream
 	OpenGaps      int64
 	OldestAge     time.Duration
 	Chart         chart
@@ -145,6 +147,7 @@ func (h *Handler) streamRow(ctx context.Context, name string, now time.Time) (st
 			return streamRow{}, err
 		}
 		row.Expired, row.ExpiredCapped = min(len(es), expiredCap), len(es) > expiredCap
+		row.Parked, row.ParkedLink = countParked(es[:row.Expired]), link("parked", "stream", name)
 	}
 	if row.OpenGaps, err = s.CountGaps(ctx, name); err != nil {
 		return streamRow{}, err
@@ -156,10 +159,10 @@ func (h *Handler) streamRow(ctx context.Context, name string, now time.Time) (st
 // timelineEntry is one number on the stream page.
 type timelineEntry struct {
 	store.Entry
-	Label     string // committed, leased, expired, gap, filled
+	Label     string // committed, leased, expired, parked, gap, filled
 	Watermark bool   // the watermark's number
 	Preview   string // the payload's first bytes, quoted
-	Link      string // the gaps page at this number, for a gap
+	Link      string // the gaps or parked page at this number, for a gap or a parked entry
 }
 
 type streamData struct {
@@ -167,6 +170,9 @@ type streamData struct {
 	Lag                int64
 	OldestAge          time.Duration
 	OpenGaps           int64
+	Parked             int // counted up to expiredCap
+	ParkedCapped       bool
+	ParkedLink         string
 	Entries            []timelineEntry
 	Earlier, Later     string
 	GapLink, ReadLink  string
@@ -219,6 +225,13 @@ func (h *Handler) streamPage(ctx context.Context, r *http.Request, now time.Time
 	if d.OpenGaps, err = s.CountGaps(ctx, name); err != nil {
 		return "", nil, err
 	}
+	if pk := h.parker(); pk != nil && st.Unresolved > 0 {
+		ps, err := pk.ListParked(ctx, &store.ListParkedParams{Stream: name, Limit: expiredCap + 1})
+		if err != nil {
+			return "", nil, err
+		}
+		d.Parked, d.ParkedCapped, d.ParkedLink = min(len(ps), expiredCap), len(ps) > expiredCap, link("parked", "stream", name)
+	}
 	limit := r.URL.Query().Get("limit")
 	if after > st.LowPoint-1 && after > 0 {
 		d.Earlier = link("stream", "name", name, "after", itoa(max(after-int64(span), st.LowPoint-1, 0)), "limit", limit)
@@ -229,8 +242,11 @@ func (h *Handler) streamPage(ctx context.Context, r *http.Request, now time.Time
 	for _, e := range es {
 		t := timelineEntry{Entry: e, Label: label(e, now), Watermark: e.Number == st.Watermark,
 			Preview: preview(e.Payload, h.cfg.PreviewBytes)}
-		if e.State == store.Gap {
+		switch {
+		case e.State == store.Gap:
 			t.Link = link("gaps", "stream", name, "after", itoa(e.Number-1))
+		case e.Parked():
+			t.Link = link("parked", "stream", name, "after_stream", name, "after", itoa(e.Number-1))
 		}
 		d.Entries = append(d.Entries, t)
 	}
@@ -243,12 +259,25 @@ func (h *Handler) streamPage(ctx context.Context, r *http.Request, now time.Time
 // label is what the timeline calls an entry at now.
 func label(e store.Entry, now time.Time) string {
 	switch {
+	case e.Parked():
+		return "parked"
 	case e.State == store.Leased && !now.Before(e.ExpiresAt):
 		return "expired"
 	case e.State == store.Committed && !e.FilledAt.IsZero():
 		return "filled"
 	}
 	return string(e.State)
+}
+
+// countParked counts the parked entries of es.
+func countParked(es []store.Entry) int {
+	n := 0
+	for _, e := range es {
+		if e.Parked() {
+			n++
+		}
+	}
+	return n
 }
 
 // preview returns the first n bytes of p Go-quoted (control characters

@@ -122,7 +122,7 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // pageNames are the templates, each rendered with layout.html.
-var pageNames = []string{"streams", "stream", "gaps", "leases", "lease", "readers", "error", "confirm"}
+var pageNames = []string{"streams", "stream", "gaps", "leases", "lease", "readers", "parked", "error", "confirm"}
 
 // New returns the handler of cfg, or an error naming the field that is
 // wrong.
@@ -180,6 +180,7 @@ func New(cfg *Config) (*Handler, error) {
 	h.mux.HandleFunc("/leases", h.page(h.leasesPage))
 	h.mux.HandleFunc("/lease", h.page(h.leasePage))
 	h.mux.HandleFunc("/readers", h.page(h.readersPage))
+	h.mux.HandleFunc("/parked", h.page(h.parkedPage))
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, "no page at "+store.QuoteInput(r.URL.Path))
 	})
