@@ -58,6 +58,9 @@ const (
 	// operator force-releases the named lease, for forceReason.
 	operator    = "operator-ana"
 	forceReason = "projector-2 is stuck; restarting it"
+	// parkedStream holds an entry parked with parkedError.
+	parkedStream = "invoices"
+	parkedError  = "recover invoice-77: tracker: dial tcp 10.0.4.12:5432: connect: connection refused"
 )
 
 // TestBrowser opens the streams page in chromium, sees a stream stall when a
@@ -183,6 +186,22 @@ func TestBrowser(t *testing.T) {
 	require.Contains(t, log, `outcome=done`)
 	require.Contains(t, log, `actor=`+operator)
 	require.Contains(t, log, `reason="`+forceReason+`"`)
+
+	// An entry whose recovery failed three times is parked: the parked
+	// page, through the nav link, lists it with its last error.
+	past := time.Now().Add(-time.Hour)
+	ps, err := st.Lease(ctx, parkedStream, []store.LeaseRequest{{TTL: time.Minute, OperationID: "invoice-77", Kind: "invoice"}},
+		&store.LeaseParams{Owner: "invoices-worker-2", Now: &past})
+	require.NoError(t, err)
+	for range 3 {
+		_, err = st.RecordRecoveryFailure(ctx, parkedStream, ps[0].Number, &store.RecoveryFailureParams{Error: parkedError, ParkAfter: 3})
+		require.NoError(t, err)
+	}
+	b.follow(http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="parked"]`)))
+	b.waitFor(`(() => { const r = document.querySelector("table.parked tbody tr");
+		return r && r.cells[0].textContent === "` + parkedStream + `" && r.cells[5].textContent === "3"
+			&& r.cells[6].textContent === ` + strconv.Quote(parkedError) + `; })()`)
+	b.screenshot("parked")
 }
 
 // newStore returns a store on a fresh schema of the test database.
