@@ -50,6 +50,99 @@ func (l NamedLease) Held() bool {
 	return !l.ExpiresAt.IsZero() && l.EndedAt.IsZero() && l.AsOf.Before(l.ExpiresAt)
 }
 
+// LeaseStatus is the status of a holding, or of a waiter, as operators read
+// it.
+type LeaseStatus string
+
+// The statuses of holdings (NamedLease.Status) and waiters (LeaseWaiter).
+const (
+	// LeaseStatusActive is a live holding: not ended, unexpired at AsOf.
+	LeaseStatusActive LeaseStatus = "active"
+	// LeaseStatusExpired is a holding past its expiry: marked expired by
+	// maintenance (CleanupExpiredLeases), or not yet marked.
+	LeaseStatusExpired LeaseStatus = "expired"
+	// LeaseStatusReleased is a holding its holder released.
+	LeaseStatusReleased LeaseStatus = "released"
+	// LeaseStatusForceReleased is a holding an operator force-released.
+	LeaseStatusForceReleased LeaseStatus = "force-released"
+	// LeaseStatusPending is a process waiting for a name (a LeaseWaiter).
+	LeaseStatusPending LeaseStatus = "pending"
+)
+
+// Status returns the status of the holding at AsOf, by the backend's clock:
+// a holding past its expiry that maintenance has not marked yet reads as
+// expired, not as active.
+func (l NamedLease) Status() LeaseStatus {
+	switch l.EndReason {
+	case LeaseReleased:
+		return LeaseStatusReleased
+	case LeaseForceReleased:
+		return LeaseStatusForceReleased
+	case LeaseExpired:
+		return LeaseStatusExpired
+	}
+	if l.Held() {
+		return LeaseStatusActive
+	}
+	return LeaseStatusExpired
+}
+
+// Remaining returns the time the holding had left at AsOf (ExpiresAt -
+// AsOf, by the backend's clock); zero once it ended or expired.
+func (l NamedLease) Remaining() time.Duration {
+	if !l.Held() {
+		return 0
+	}
+	return l.ExpiresAt.Sub(l.AsOf)
+}
+
+// LeaseReason says why an event of the audit history happened.
+type LeaseReason string
+
+// The reasons of history events. An acquired event has none.
+const (
+	// LeaseReasonRenewed: the holder renewed the holding.
+	LeaseReasonRenewed LeaseReason = "renewed"
+	// LeaseReasonReleased: the holder released the holding.
+	LeaseReasonReleased LeaseReason = "released"
+	// LeaseReasonExpired: the holding ran out without a renewal and
+	// maintenance (CleanupExpiredLeases) marked it expired.
+	LeaseReasonExpired LeaseReason = "expired"
+	// LeaseReasonForceReleased: an operator force-released the holding
+	// (LeaseEvent.Actor and Comment say who and why).
+	LeaseReasonForceReleased LeaseReason = "force-released"
+	// LeaseReasonLost: the holding ran out without a renewal and another
+	// acquire took the name over before maintenance marked it: its holder
+	// lost the name.
+	LeaseReasonLost LeaseReason = "lost"
+	// LeaseReasonMaxRenewals: the holding ran out having had its
+	// MaxRenewals renewals (it could not be renewed again).
+	LeaseReasonMaxRenewals LeaseReason = "max-renewals"
+)
+
+// DefaultLeaseReason is the reason of an event of kind recorded without
+// one (before the backend kept reasons): the kind itself, none for
+// acquired.
+func DefaultLeaseReason(kind LeaseEventKind) LeaseReason {
+	if kind == LeaseAcquired {
+		return ""
+	}
+	return LeaseReason(kind)
+}
+
+// LeaseExpiryReason returns the reason of the expired event of a holding that
+// ran out having had renewals of maxRenewals renewals; takenOver says
+// whether an acquire took the name over before maintenance marked it.
+func LeaseExpiryReason(renewals, maxRenewals int, takenOver bool) LeaseReason {
+	switch {
+	case maxRenewals > 0 && renewals >= maxRenewals:
+		return LeaseReasonMaxRenewals
+	case takenOver:
+		return LeaseReasonLost
+	}
+	return LeaseReasonExpired
+}
+
 // LeaseEvent is one record of the audit history of named leases.
 type LeaseEvent struct {
 	ID    int64 // increasing in the order the events were recorded
@@ -61,6 +154,14 @@ type LeaseEvent struct {
 	// expiry instant of the holding.
 	At        time.Time
 	ExpiresAt time.Time // the holding's expiry after the event
+	// Reason says why the event happened (see LeaseReason); empty for
+	// acquired.
+	Reason LeaseReason
+	// Actor and Comment are, for a force-release, the operator who did it
+	// and the reason they gave (LeaseOpParams.Actor and Reason); empty
+	// otherwise, or when the operator gave none.
+	Actor   string
+	Comment string
 }
 
 // AcquireLeaseParams are the options of AcquireLease. TTL is required.
@@ -123,6 +224,41 @@ type RenewLeaseParams struct {
 type LeaseOpParams struct {
 	NoHistory bool
 	Now       *time.Time
+	// Actor and Reason are, for ForceReleaseLeases only, the operator who
+	// force-releases and why, recorded in the history of each holding it
+	// ends (LeaseEvent.Actor and Comment). Actor: at most MaxNameLen
+	// bytes; Reason: at most MaxTextLen bytes; both UTF-8 text without
+	// control characters. Empty means none, but a Reason needs an Actor.
+	// Other calls ignore them.
+	Actor  string
+	Reason string
+}
+
+// ValidateForceRelease checks a ForceReleaseLeases call (p may be nil).
+// Its errors match ErrInvalidArgument and name the field.
+func ValidateForceRelease(owner string, p *LeaseOpParams) error {
+	if err := ValidateLeaseOwner(owner); err != nil {
+		return err
+	}
+	if p == nil {
+		return nil
+	}
+	if len(p.Actor) > MaxNameLen {
+		return fmt.Errorf("%w: Actor: %d bytes, limit %d", ErrInvalidText, len(p.Actor), MaxNameLen)
+	}
+	if err := checkText(p.Actor); err != nil {
+		return fmt.Errorf("%w: Actor: %v", ErrInvalidText, err)
+	}
+	if len(p.Reason) > MaxTextLen {
+		return fmt.Errorf("%w: Reason: %d bytes, limit %d", ErrInvalidText, len(p.Reason), MaxTextLen)
+	}
+	if err := checkText(p.Reason); err != nil {
+		return fmt.Errorf("%w: Reason: %v", ErrInvalidText, err)
+	}
+	if p.Reason != "" && p.Actor == "" {
+		return fmt.Errorf("%w: Actor: empty, but required with a Reason", ErrInvalidText)
+	}
+	return nil
 }
 
 // CleanupLeasesParams are the options of CleanupExpiredLeases.
@@ -136,6 +272,9 @@ type CleanupLeasesParams struct {
 // name after AfterName.
 type ListLeasesParams struct {
 	Owner string // only this owner's; empty means every owner
+	// Expired also lists the holdings past their expiry that maintenance
+	// has not marked yet (their Status is LeaseStatusExpired).
+	Expired bool
 	// HeldFor keeps only holdings acquired at least this long before now
 	// (long-held leases); zero means any age.
 	HeldFor   time.Duration
@@ -150,10 +289,22 @@ type LeaseHistoryParams struct {
 	Limit   int // at most this many; 0 means DefaultListLimit
 }
 
+// LeaseWaiterTTL is how long an announcement of a waiter counts without a
+// refresh: ListLeaseWaiters shows it that long after it was made.
+const LeaseWaiterTTL = 10 * time.Second
+
+// ListLeaseWaitersParams select the waiters ListLeaseWaiters returns.
+type ListLeaseWaitersParams struct {
+	Name  string     // only this name's; empty means every name
+	Limit int        // at most this many; 0 means DefaultListLimit
+	Now   *time.Time // pins the backend's clock; nil uses its now
+}
+
 // LeaseWaiter is the announcement of a blocked acquire, sent by
 // AnnounceLeaseWaiter to the other processes' watches (package lease uses
 // it to hand a name over roughly first come, first served across
-// processes). It is a notice only: nothing is stored.
+// processes), and kept for LeaseWaiterTTL so that operators see who waits
+// (ListLeaseWaiters). Its status is LeaseStatusPending.
 type LeaseWaiter struct {
 	Name   string
 	Waiter string // the waiting owner (one announcement per owner and name)
@@ -400,4 +551,15 @@ func FenceVerdict(name string, fence, current int64, endReason LeaseEventKind, u
 		return nil
 	}
 	return e
+}
+
+// ValidateListLeaseWaiters checks a ListLeaseWaiters call and returns its
+// effective limit.
+func ValidateListLeaseWaiters(p *ListLeaseWaitersParams) (int, error) {
+	if p.Name != "" {
+		if err := ValidateLeaseName(p.Name); err != nil {
+			return 0, err
+		}
+	}
+	return ListLimit(p.Limit)
 }

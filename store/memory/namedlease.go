@@ -34,6 +34,18 @@ type namedLeases struct {
 
 	sinkMu sync.Mutex
 	sinks  []store.LeaseSink // copy on write under sinkMu
+
+	waitMu  sync.Mutex
+	waiters map[waiterKey]waiterRow // the announced waiters (ListLeaseWaiters)
+}
+
+// waiterKey names an announced waiter: the name and the waiting owner.
+type waiterKey struct{ name, waiter string }
+
+// waiterRow is an announced waiter and when its announcement runs out.
+type waiterRow struct {
+	w     store.LeaseWaiter
+	until time.Time
 }
 
 // nameRow is the current or last holding of a name.
@@ -76,14 +88,23 @@ func (n *namedLeases) lookup(name string) (r *nameRow, l *store.NamedLease) {
 	return r, r.l
 }
 
-// record appends an event to the history. The row's mutex must be held, so
-// that the events of a holding are recorded in the order they happened.
+// record appends an event to the history, with the reason of its kind. The
+// row's mutex must be held, so that the events of a holding are recorded in
+// the order they happened.
 func (n *namedLeases) record(l *store.NamedLease, kind store.LeaseEventKind, at time.Time) {
+	n.recordWhy(store.LeaseEvent{Kind: kind, At: at, Reason: store.DefaultLeaseReason(kind)}, l)
+}
+
+// recordWhy appends e (its kind, time, reason, actor and comment) as an
+// event of the holding l. The row's mutex must be held.
+func (n *namedLeases) recordWhy(e0 store.LeaseEvent, l *store.NamedLease) {
+	at := e0.At
 	n.histMu.Lock()
 	defer n.histMu.Unlock()
 	n.nextID++
 	e := &histEvent{LeaseEvent: store.LeaseEvent{
-		ID: n.nextID, Name: l.Name, Owner: l.Owner, Fence: l.Fence, Kind: kind, At: at, ExpiresAt: l.ExpiresAt,
+		ID: n.nextID, Name: l.Name, Owner: l.Owner, Fence: l.Fence, Kind: e0.Kind, At: at, ExpiresAt: l.ExpiresAt,
+		Reason: e0.Reason, Actor: e0.Actor, Comment: e0.Comment,
 	}}
 	n.history = append(n.history, e)
 	// Events mostly come in time order, so this is mostly an append; an
@@ -192,7 +213,8 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.A
 		}
 		if prev.EndedAt.IsZero() { // expired, not yet marked: its history ends here
 			if !p.NoHistory {
-				n.record(prev, store.LeaseExpired, prev.ExpiresAt)
+				n.recordWhy(store.LeaseEvent{Kind: store.LeaseExpired, At: prev.ExpiresAt,
+					Reason: store.LeaseExpiryReason(prev.Renewals, prev.MaxRenewals, true)}, prev)
 			}
 			n.end(prev, store.LeaseExpired, now)
 		}
@@ -349,7 +371,7 @@ func (s *Store) ForceReleaseLeases(ctx context.Context, owner string, p *store.L
 	if p == nil {
 		p = &store.LeaseOpParams{}
 	}
-	if err := store.ValidateLeaseOwner(owner); err != nil {
+	if err := store.ValidateForceRelease(owner, p); err != nil {
 		return nil, fmt.Errorf("force release leases: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -369,7 +391,8 @@ func (s *Store) ForceReleaseLeases(ctx context.Context, owner string, p *store.L
 		if l.Owner == owner && l.EndedAt.IsZero() && now.Before(l.ExpiresAt) {
 			n.end(l, store.LeaseForceReleased, now)
 			if !p.NoHistory {
-				n.record(l, store.LeaseForceReleased, now)
+				n.recordWhy(store.LeaseEvent{Kind: store.LeaseForceReleased, At: now, Reason: store.LeaseReasonForceReleased,
+					Actor: p.Actor, Comment: p.Reason}, l)
 			}
 			out = append(out, snapshotLease(l, now))
 			names = append(names, name)
@@ -422,7 +445,8 @@ func (s *Store) CleanupExpiredLeases(ctx context.Context, p *store.CleanupLeases
 		}
 		if l.Fence == c.fence && l.EndedAt.IsZero() && !now.Before(l.ExpiresAt) { // unchanged meanwhile
 			if !p.NoHistory {
-				n.record(l, store.LeaseExpired, l.ExpiresAt)
+				n.recordWhy(store.LeaseEvent{Kind: store.LeaseExpired, At: l.ExpiresAt,
+					Reason: store.LeaseExpiryReason(l.Renewals, l.MaxRenewals, false)}, l)
 			}
 			n.end(l, store.LeaseExpired, now)
 			names = append(names, c.name)
@@ -430,6 +454,7 @@ func (s *Store) CleanupExpiredLeases(ctx context.Context, p *store.CleanupLeases
 		r.mu.Unlock()
 	}
 	n.freed(names...)
+	n.dropDeadWaiters(now)
 	return len(names), nil
 }
 
@@ -502,7 +527,7 @@ func (s *Store) ListLeases(ctx context.Context, p *store.ListLeasesParams) ([]st
 		if l == nil {
 			continue
 		}
-		if l.EndedAt.IsZero() && now.Before(l.ExpiresAt) && (p.Owner == "" || l.Owner == p.Owner) &&
+		if l.EndedAt.IsZero() && (p.Expired || now.Before(l.ExpiresAt)) && (p.Owner == "" || l.Owner == p.Owner) &&
 			(p.HeldFor <= 0 || !l.AcquiredAt.After(now.Add(-p.HeldFor))) {
 			out = append(out, snapshotLease(l, now))
 		}
@@ -611,8 +636,75 @@ func (s *Store) AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) er
 		return fmt.Errorf("announce lease waiter: %w", err)
 	}
 	w.Since = store.Micro(w.Since)
+	s.named.keepWaiter(w, s.clock(nil))
 	for _, sink := range s.named.loadSinks() {
 		sink.Wanted(w)
 	}
 	return nil
+}
+
+// keepWaiter records the announcement w, made at now, for ListLeaseWaiters,
+// or forgets its owner's (a withdrawal).
+func (n *namedLeases) keepWaiter(w store.LeaseWaiter, now time.Time) {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	k := waiterKey{w.Name, w.Waiter}
+	if w.Withdrawn() {
+		delete(n.waiters, k)
+		return
+	}
+	if n.waiters == nil {
+		n.waiters = map[waiterKey]waiterRow{}
+	}
+	n.waiters[k] = waiterRow{w: w, until: now.Add(store.LeaseWaiterTTL)}
+}
+
+// dropDeadWaiters forgets the announcements that ran out by now.
+func (n *namedLeases) dropDeadWaiters(now time.Time) {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	for k, r := range n.waiters {
+		if !now.Before(r.until) {
+			delete(n.waiters, k)
+		}
+	}
+}
+
+// ListLeaseWaiters returns the waiters announced within
+// store.LeaseWaiterTTL before now and not withdrawn (of p.Name, or of every
+// name), by name, then by the time they asked; a waiter that holds the name
+// with a larger fence than it announced got its turn and is left out.
+func (s *Store) ListLeaseWaiters(ctx context.Context, p *store.ListLeaseWaitersParams) ([]store.LeaseWaiter, error) {
+	if p == nil {
+		p = &store.ListLeaseWaitersParams{}
+	}
+	limit, err := store.ValidateListLeaseWaiters(p)
+	if err != nil {
+		return nil, fmt.Errorf("list lease waiters: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list lease waiters: %w", err)
+	}
+	n := &s.named
+	now := s.clock(p.Now)
+	n.waitMu.Lock()
+	var out []store.LeaseWaiter
+	for _, r := range n.waiters {
+		if now.Before(r.until) && (p.Name == "" || r.w.Name == p.Name) {
+			out = append(out, r.w)
+		}
+	}
+	n.waitMu.Unlock()
+	out = slices.DeleteFunc(out, func(w store.LeaseWaiter) bool {
+		r, l := n.lookup(w.Name)
+		if l == nil {
+			return false
+		}
+		defer r.mu.Unlock()
+		return l.Owner == w.Waiter && l.Fence > w.Fence
+	})
+	slices.SortFunc(out, func(a, b store.LeaseWaiter) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), a.Since.Compare(b.Since), cmp.Compare(a.Waiter, b.Waiter))
+	})
+	return out[:min(len(out), limit)], nil
 }

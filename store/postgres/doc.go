@@ -331,7 +331,13 @@
 //
 // Two more tables hold named leases (package lease): leases, one row per
 // name with its current or last holding and a fence that only grows, and
-// lease_history, the audit trail (namedlease.go). Every decision is one
+// lease_history, the audit trail (namedlease.go), whose records say why
+// (reason) and, for a force-release, who and why (actor, comment; migration
+// 000007). A third, lease_waiters, shows operators who waits for a name: the
+// announcement a blocked acquire sends other processes (AnnounceLeaseWaiter)
+// upserts its row, a withdrawal deletes it, and a row not refreshed within
+// store.LeaseWaiterTTL is dead (CleanupExpiredLeases deletes it); the
+// acquires write nothing more for it. Every decision is one
 // conditional write whose WHERE clause reads the clock. Acquires of
 // several names run in one statement that reads before it writes: a held
 // name costs no write, no transaction id and no WAL flush (a refused

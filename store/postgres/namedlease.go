@@ -22,6 +22,7 @@ type leaseQueries struct {
 	get, acquireOne, acquire, acquireWait, renew, releaseOne, release string
 	forceRelease, cleanup, checkFence, checkFenceTx, listAll          string
 	listByOwner, historyAll, historyByName, trimHistory, announce     string
+	listWaiters, listWaitersByName                                    string
 }
 
 // leaseSQL caches the statements per schema name.
@@ -59,7 +60,8 @@ FROM (SELECT ` + nowf(2) + ` AS t) x LEFT JOIN {s}.leases l ON l.name = $1`,
 		acquireOne: `
 WITH x AS (SELECT ` + nowf(5) + ` AS t),
 o AS (
-	SELECT l.owner, l.fence, l.expires_at, l.ended_at, l.ended_at IS NULL AND l.expires_at > x.t AS held
+	SELECT l.owner, l.fence, l.expires_at, l.ended_at, l.ended_at IS NULL AND l.expires_at > x.t AS held,
+		l.max_renewals > 0 AND l.renewals >= l.max_renewals AS maxed
 	FROM {s}.leases l, x WHERE l.name = $1
 ), up AS (
 	INSERT INTO {s}.leases AS l (name, owner, fence, acquired_at, renewed_at, expires_at, renewals, max_renewals)
@@ -73,10 +75,11 @@ o AS (
 		AND (l.ended_at IS NOT NULL OR l.expires_at <= ` + nowf(5) + `)
 	RETURNING l.fence, l.acquired_at, l.expires_at
 ), h AS (
-	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT $1, o.owner, o.fence, 'expired', o.expires_at, o.expires_at FROM up, o WHERE $6::boolean AND o.ended_at IS NULL
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at, reason)
+	SELECT $1, o.owner, o.fence, 'expired', o.expires_at, o.expires_at, CASE WHEN o.maxed THEN 'max-renewals' ELSE 'lost' END
+	FROM up, o WHERE $6::boolean AND o.ended_at IS NULL
 	UNION ALL
-	SELECT $1, $2, up.fence, 'acquired', up.acquired_at, up.expires_at FROM up WHERE $6::boolean
+	SELECT $1, $2, up.fence, 'acquired', up.acquired_at, up.expires_at, NULL FROM up WHERE $6::boolean
 )
 SELECT 1::bigint, NULL::text, x.t, up.fence, up.acquired_at, up.expires_at, o.owner, o.fence, o.expires_at, false, false
 FROM x LEFT JOIN up ON true LEFT JOIN o ON o.held`,
@@ -96,8 +99,8 @@ WITH u AS (
 		AND (max_renewals = 0 OR renewals < max_renewals)
 	RETURNING acquired_at, renewed_at, expires_at, renewals, max_renewals
 ), h AS (
-	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT $1, $3, $2, 'renewed', u.renewed_at, u.expires_at FROM u WHERE $6::boolean
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at, reason)
+	SELECT $1, $3, $2, 'renewed', u.renewed_at, u.expires_at, 'renewed' FROM u WHERE $6::boolean
 )
 SELECT acquired_at, renewed_at, expires_at, renewals, max_renewals FROM u`,
 
@@ -116,8 +119,8 @@ WITH r AS (
 	FROM r WHERE l.name = r.name AND l.fence = r.fence AND l.owner = r.owner AND l.ended_at IS NULL
 	RETURNING r.i, l.name, l.owner, l.fence, l.ended_at, l.expires_at, l.wanted_until > l.ended_at AS wanted
 ), h AS (
-	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT u.name, u.owner, u.fence, 'released', u.ended_at, u.expires_at FROM u WHERE $5::boolean
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at, reason)
+	SELECT u.name, u.owner, u.fence, 'released', u.ended_at, u.expires_at, 'released' FROM u WHERE $5::boolean
 ), c AS (
 	SELECT set_config('synchronous_commit', 'off', true) WHERE $7::boolean
 )
@@ -133,8 +136,8 @@ WITH u AS (
 	WHERE name = $1 AND fence = $2 AND owner = $3 AND ended_at IS NULL
 	RETURNING name, owner, fence, ended_at, expires_at, wanted_until > ended_at AS wanted
 ), h AS (
-	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT u.name, u.owner, u.fence, 'released', u.ended_at, u.expires_at FROM u WHERE $5::boolean
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at, reason)
+	SELECT u.name, u.owner, u.fence, 'released', u.ended_at, u.expires_at, 'released' FROM u WHERE $5::boolean
 ), c AS (
 	SELECT set_config('synchronous_commit', 'off', true) WHERE $7::boolean
 )
@@ -149,8 +152,10 @@ WITH u AS (
 	WHERE l.owner = $1 AND l.ended_at IS NULL AND l.expires_at > ` + nowf(2) + `
 	RETURNING l.name, l.ended_at AS now, ` + leaseColumns + `
 ), h AS (
-	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT u.name, u.owner, u.fence, 'force-released', u.ended_at, u.expires_at FROM u WHERE $3::boolean
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at, reason, actor, comment)
+	SELECT u.name, u.owner, u.fence, 'force-released', u.ended_at, u.expires_at, 'force-released',
+		NULLIF($5::text, ''), NULLIF($6::text, '')
+	FROM u WHERE $3::boolean
 )
 SELECT u.name, u.now, u.owner, u.fence, u.acquired_at, u.renewed_at, u.expires_at, u.renewals,
 	u.max_renewals, u.ended_at, u.end_reason
@@ -167,10 +172,17 @@ c AS (
 ), u AS (
 	UPDATE {s}.leases l SET ended_at = x.t, end_reason = 'expired' FROM c, x
 	WHERE l.name = c.name AND l.ended_at IS NULL AND l.expires_at <= x.t
-	RETURNING l.name, l.owner, l.fence, l.expires_at
+	RETURNING l.name, l.owner, l.fence, l.expires_at, l.max_renewals > 0 AND l.renewals >= l.max_renewals AS maxed
 ), h AS (
-	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT u.name, u.owner, u.fence, 'expired', u.expires_at, u.expires_at FROM u WHERE $3::boolean
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at, reason)
+	SELECT u.name, u.owner, u.fence, 'expired', u.expires_at, u.expires_at,
+		CASE WHEN u.maxed THEN 'max-renewals' ELSE 'expired' END
+	FROM u WHERE $3::boolean
+), w AS (
+	-- the waiters whose announcements ran out (bounded like the holdings)
+	DELETE FROM {s}.lease_waiters d USING (
+		SELECT w.name, w.waiter FROM {s}.lease_waiters w, x WHERE w.until <= x.t LIMIT $2
+	) k WHERE d.name = k.name AND d.waiter = k.waiter
 )
 SELECT count(*) FROM u, LATERAL pg_notify($4, 'l' || chr(9) || u.name) n`,
 
@@ -187,34 +199,60 @@ FROM {s}.leases l WHERE l.name = $1 FOR SHARE`,
 		listAll: `
 SELECT l.name, x.t, ` + leaseColumns + `
 FROM {s}.leases l, (SELECT ` + nowf(1) + ` AS t) x
-WHERE l.ended_at IS NULL AND l.expires_at > x.t
+WHERE l.ended_at IS NULL AND (l.expires_at > x.t OR $5::boolean)
 	AND l.acquired_at <= x.t - $2::bigint * interval '1 microsecond' AND l.name > $3
 ORDER BY l.name LIMIT $4`,
 
 		listByOwner: `
 SELECT l.name, x.t, ` + leaseColumns + `
 FROM {s}.leases l, (SELECT ` + nowf(1) + ` AS t) x
-WHERE l.owner = $5 AND l.ended_at IS NULL AND l.expires_at > x.t
+WHERE l.owner = $6 AND l.ended_at IS NULL AND (l.expires_at > x.t OR $5::boolean)
 	AND l.acquired_at <= x.t - $2::bigint * interval '1 microsecond' AND l.name > $3
 ORDER BY l.name LIMIT $4`,
 
 		historyAll: `
-SELECT id, name, owner, fence, event, at, expires_at FROM {s}.lease_history
+SELECT id, name, owner, fence, event, at, expires_at, reason, actor, comment FROM {s}.lease_history
 WHERE id > $1 ORDER BY id LIMIT $2`,
 
 		historyByName: `
-SELECT id, name, owner, fence, event, at, expires_at FROM {s}.lease_history
+SELECT id, name, owner, fence, event, at, expires_at, reason, actor, comment FROM {s}.lease_history
 WHERE name = $3 AND id > $1 ORDER BY id LIMIT $2`,
 
 		trimHistory: `
 WITH d AS (SELECT id FROM {s}.lease_history WHERE at < $1 ORDER BY at LIMIT $2)
 DELETE FROM {s}.lease_history h USING d WHERE h.id = d.id`,
 
-		announce: `SELECT pg_notify($1, 'w' || chr(9) || $2 || chr(9) || $3 || chr(9) || $4::bigint || chr(9) || $5::bigint)`,
+		// The notice, and the row operators read (ListLeaseWaiters): kept
+		// for $6 microseconds, or deleted by a withdrawal ($4 = 0).
+		announce: `
+WITH d AS (
+	DELETE FROM {s}.lease_waiters WHERE name = $2 AND waiter = $3 AND $4::bigint = 0
+), u AS (
+	INSERT INTO {s}.lease_waiters AS w (name, waiter, since, fence, until)
+	SELECT $2, $3, timestamptz 'epoch' + $4::bigint * interval '1 microsecond', $5::bigint,
+		clock_timestamp() + $6::bigint * interval '1 microsecond'
+	WHERE $4::bigint <> 0
+	ON CONFLICT (name, waiter) DO UPDATE SET since = EXCLUDED.since, fence = EXCLUDED.fence, until = EXCLUDED.until
+)
+SELECT pg_notify($1, 'w' || chr(9) || $2 || chr(9) || $3 || chr(9) || $4::bigint || chr(9) || $5::bigint)`,
+
+		// The waiters not run out, leaving out those that hold the name
+		// with a larger fence than they announced (they got their turn).
+		listWaiters: `
+SELECT w.name, w.waiter, w.since, w.fence FROM {s}.lease_waiters w, (SELECT ` + nowf(1) + ` AS t) x
+WHERE w.until > x.t AND NOT EXISTS (
+	SELECT 1 FROM {s}.leases l WHERE l.name = w.name AND l.owner = w.waiter AND l.fence > w.fence)
+ORDER BY w.name, w.since, w.waiter LIMIT $2`,
+
+		listWaitersByName: `
+SELECT w.name, w.waiter, w.since, w.fence FROM {s}.lease_waiters w, (SELECT ` + nowf(1) + ` AS t) x
+WHERE w.name = $3 AND w.until > x.t AND NOT EXISTS (
+	SELECT 1 FROM {s}.leases l WHERE l.name = w.name AND l.owner = w.waiter AND l.fence > w.fence)
+ORDER BY w.name, w.since, w.waiter LIMIT $2`,
 	}
 	for _, p := range []*string{&q.get, &q.acquireOne, &q.acquire, &q.acquireWait, &q.renew, &q.releaseOne, &q.release, &q.forceRelease, &q.cleanup,
 		&q.checkFence, &q.checkFenceTx, &q.listAll, &q.listByOwner, &q.historyAll, &q.historyByName,
-		&q.trimHistory} {
+		&q.trimHistory, &q.announce, &q.listWaiters, &q.listWaitersByName} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	actual, _ := leaseSQL.LoadOrStore(schema, q)
@@ -263,6 +301,7 @@ func acquireSQL(mark bool) string {
 r AS (
 	SELECT r.name, r.owner, r.ttl, r.max_renewals, r.wait, r.i, l.owner AS o_owner, l.fence AS o_fence,
 		l.expires_at AS o_expires, l.ended_at AS o_ended, l.wanted_until AS o_wanted,
+		l.max_renewals > 0 AND l.renewals >= l.max_renewals AS o_maxed,
 		l.ended_at IS NULL AND l.expires_at > x.t AS held
 	FROM (SELECT $1::text[] AS a, $2::text[] AS b, $3::bigint[] AS c, $4::integer[] AS d, $5::bigint[] AS e OFFSET 0) p
 	CROSS JOIN unnest(p.a, p.b, p.c, p.d, p.e) WITH ORDINALITY AS r(name, owner, ttl, max_renewals, wait, i)
@@ -278,7 +317,7 @@ r AS (
 		AND (l.fence, l.expires_at, l.ended_at IS NULL) = (r.o_fence, r.o_expires, r.o_ended IS NULL)
 		AND (l.ended_at IS NOT NULL OR l.expires_at <= ` + nowf(6) + `)
 	RETURNING r.i, l.name, l.owner, l.fence, l.acquired_at, l.expires_at, r.o_owner, r.o_fence, r.o_expires,
-		r.o_ended IS NULL AS o_live
+		r.o_ended IS NULL AS o_live, r.o_maxed
 ), n AS (
 	INSERT INTO {s}.leases (name, owner, fence, acquired_at, renewed_at, expires_at, renewals, max_renewals)
 	SELECT r.name, r.owner, 1, x.t, x.t, x.t + r.ttl * interval '1 microsecond', 0, r.max_renewals
@@ -287,12 +326,14 @@ r AS (
 	RETURNING name, owner, fence, acquired_at, expires_at
 ), mark AS (` + m + `
 ), h AS (
-	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at)
-	SELECT u.name, u.o_owner, u.o_fence, 'expired', u.o_expires, u.o_expires FROM u WHERE $7::boolean AND u.o_live
+	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at, reason)
+	SELECT u.name, u.o_owner, u.o_fence, 'expired', u.o_expires, u.o_expires,
+		CASE WHEN u.o_maxed THEN 'max-renewals' ELSE 'lost' END
+	FROM u WHERE $7::boolean AND u.o_live
 	UNION ALL
-	SELECT u.name, u.owner, u.fence, 'acquired', u.acquired_at, u.expires_at FROM u WHERE $7::boolean
+	SELECT u.name, u.owner, u.fence, 'acquired', u.acquired_at, u.expires_at, NULL FROM u WHERE $7::boolean
 	UNION ALL
-	SELECT n.name, n.owner, n.fence, 'acquired', n.acquired_at, n.expires_at FROM n WHERE $7::boolean
+	SELECT n.name, n.owner, n.fence, 'acquired', n.acquired_at, n.expires_at, NULL FROM n WHERE $7::boolean
 )
 SELECT u.i, NULL::text, NULL::timestamptz, u.fence, u.acquired_at, u.expires_at, NULL::text, NULL::bigint,
 	NULL::timestamptz, false, false
@@ -791,10 +832,10 @@ func (s *Store) ForceReleaseLeases(ctx context.Context, owner string, p *store.L
 	if p == nil {
 		p = &store.LeaseOpParams{}
 	}
-	if err := store.ValidateLeaseOwner(owner); err != nil {
+	if err := store.ValidateForceRelease(owner, p); err != nil {
 		return nil, fmt.Errorf("force release leases: %w", err)
 	}
-	rows, err := s.db.Query(ctx, s.lq().forceRelease, owner, p.Now, !p.NoHistory, s.channel)
+	rows, err := s.db.Query(ctx, s.lq().forceRelease, owner, p.Now, !p.NoHistory, s.channel, p.Actor, p.Reason)
 	if err != nil {
 		return nil, interpretError("force release leases", err)
 	}
@@ -931,7 +972,7 @@ func (s *Store) ListLeases(ctx context.Context, p *store.ListLeasesParams) ([]st
 	if err != nil {
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
-	args := []any{p.Now, p.HeldFor.Microseconds(), p.AfterName, limit}
+	args := []any{p.Now, p.HeldFor.Microseconds(), p.AfterName, limit, p.Expired}
 	sql := s.lq().listAll
 	if p.Owner != "" {
 		sql = s.lq().listByOwner
@@ -974,7 +1015,18 @@ func (s *Store) LeaseHistory(ctx context.Context, name string, p *store.LeaseHis
 	}
 	var out []store.LeaseEvent
 	var e store.LeaseEvent
-	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Name, &e.Owner, &e.Fence, &e.Kind, &e.At, &e.ExpiresAt}, func() error {
+	var reason, actor, comment *string
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.Name, &e.Owner, &e.Fence, &e.Kind, &e.At, &e.ExpiresAt, &reason, &actor, &comment}, func() error {
+		e.Reason, e.Actor, e.Comment = store.DefaultLeaseReason(e.Kind), "", ""
+		if reason != nil {
+			e.Reason = store.LeaseReason(*reason)
+		}
+		if actor != nil {
+			e.Actor = *actor
+		}
+		if comment != nil {
+			e.Comment = *comment
+		}
 		out = append(out, e)
 		return nil
 	})
@@ -999,7 +1051,9 @@ func (s *Store) TrimLeaseHistory(ctx context.Context, before time.Time, limit in
 }
 
 // AnnounceLeaseWaiter tells every listener that w.Waiter waits for w.Name,
-// or withdraws when w.Since is zero (a NOTIFY; it writes no table).
+// or withdraws when w.Since is zero (a NOTIFY), and keeps it in
+// lease_waiters for store.LeaseWaiterTTL (a withdrawal deletes it), for
+// ListLeaseWaiters.
 func (s *Store) AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) error {
 	if err := store.ValidateLeaseWaiter(w); err != nil {
 		return fmt.Errorf("announce lease waiter: %w", err)
@@ -1008,7 +1062,7 @@ func (s *Store) AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) er
 	if !w.Since.IsZero() {
 		since = max(w.Since.UnixMicro(), 1)
 	}
-	if _, err := s.db.Exec(ctx, s.lq().announce, s.channel, w.Name, w.Waiter, since, w.Fence); err != nil {
+	if _, err := s.db.Exec(ctx, s.lq().announce, s.channel, w.Name, w.Waiter, since, w.Fence, store.LeaseWaiterTTL.Microseconds()); err != nil {
 		return interpretError("announce lease waiter", err)
 	}
 	return nil
@@ -1065,4 +1119,37 @@ func (s *Store) WatchLeases(ctx context.Context, sink store.LeaseSink) error {
 		return err
 	}
 	return l.run(ctx)
+}
+
+// ListLeaseWaiters returns the waiters announced within
+// store.LeaseWaiterTTL before now and not withdrawn (of p.Name, or of every
+// name), by name, then by the time they asked; a waiter that holds the name
+// with a larger fence than it announced got its turn and is left out.
+func (s *Store) ListLeaseWaiters(ctx context.Context, p *store.ListLeaseWaitersParams) ([]store.LeaseWaiter, error) {
+	if p == nil {
+		p = &store.ListLeaseWaitersParams{}
+	}
+	limit, err := store.ValidateListLeaseWaiters(p)
+	if err != nil {
+		return nil, fmt.Errorf("list lease waiters: %w", err)
+	}
+	var rows pgx.Rows
+	if p.Name == "" {
+		rows, err = s.db.Query(ctx, s.lq().listWaiters, p.Now, limit)
+	} else {
+		rows, err = s.db.Query(ctx, s.lq().listWaitersByName, p.Now, limit, p.Name)
+	}
+	if err != nil {
+		return nil, interpretError("list lease waiters", err)
+	}
+	var out []store.LeaseWaiter
+	var w store.LeaseWaiter
+	_, err = pgx.ForEachRow(rows, []any{&w.Name, &w.Waiter, &w.Since, &w.Fence}, func() error {
+		out = append(out, w)
+		return nil
+	})
+	if err != nil {
+		return nil, interpretError("list lease waiters", err)
+	}
+	return out, nil
 }

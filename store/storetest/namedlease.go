@@ -72,8 +72,10 @@ type NamedLeaseStore interface {
 
 	// ForceReleaseLeases ends every live holding of owner (not ended,
 	// now < ExpiresAt) with reason force-released and returns them by name,
-	// as they are after the call. Expired holdings are left to
-	// CleanupExpiredLeases.
+	// as they are after the call, recording p.Actor and p.Reason in their
+	// history (Actor, Comment). Expired holdings are left to
+	// CleanupExpiredLeases. A bad Actor or Reason (control characters,
+	// over-long, a Reason without an Actor) matches store.ErrInvalidText.
 	ForceReleaseLeases(ctx context.Context, owner string, p *store.LeaseOpParams) ([]store.NamedLease, error)
 
 	// CleanupExpiredLeases ends up to p.Limit expired, not ended holdings
@@ -92,7 +94,8 @@ type NamedLeaseStore interface {
 	// "force-released", "expired" or "not found".
 	CheckLeaseFence(ctx context.Context, name string, fence int64, p *store.LeaseOpParams) error
 
-	// ListLeases returns the live holdings (not ended, now < ExpiresAt)
+	// ListLeases returns the live holdings (not ended, now < ExpiresAt;
+	// with p.Expired, also those past ExpiresAt not yet marked expired)
 	// that p selects (p.Owner's; acquired at or before now - p.HeldFor;
 	// names after p.AfterName), ordered by name, at most p.Limit.
 	ListLeases(ctx context.Context, p *store.ListLeasesParams) ([]store.NamedLease, error)
@@ -119,7 +122,15 @@ type NamedLeaseStore interface {
 	// AnnounceLeaseWaiter reports w to every watcher (Wanted), with Since
 	// truncated to microseconds; a zero Since (a withdrawal) stays zero. It
 	// changes nothing else.
+	// It keeps w for ListLeaseWaiters for store.LeaseWaiterTTL; a
+	// withdrawal forgets its owner's announcement for the name.
 	AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) error
+
+	// ListLeaseWaiters returns the announced waiters (of p.Name, or every
+	// name) whose announcement has not run out at now nor been withdrawn,
+	// leaving out those holding the name with a larger fence than they
+	// announced, ordered by name, then Since, then Waiter; at most p.Limit.
+	ListLeaseWaiters(ctx context.Context, p *store.ListLeaseWaitersParams) ([]store.LeaseWaiter, error)
 }
 
 // RunNamedLeases runs the conformance suite of named leases. newStore must
@@ -142,6 +153,9 @@ func RunNamedLeases(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 		{"Batch", testNamedBatch},
 		{"Concurrency", testNamedConcurrency},
 		{"BadInput", testNamedBadInput},
+		{"Status", testNamedStatus},
+		{"Reasons", testNamedReasons},
+		{"Waiters", testNamedWaiters},
 	})
 }
 
@@ -233,12 +247,34 @@ func (b *nlBundle) history(name string) []store.LeaseEvent {
 			after = e.ID
 			e.ID = 0
 			e.At, e.ExpiresAt = normTime(e.At), normTime(e.ExpiresAt)
+			// why is checked by whyOf (the Reasons group)
+			e.Reason, e.Actor, e.Comment = "", "", ""
 			out = append(out, e)
 		}
 		if len(es) < 100 {
 			return out
 		}
 	}
+}
+
+// why is the reason, actor and comment of a history event.
+type why struct {
+	Kind    store.LeaseEventKind
+	Reason  store.LeaseReason
+	Actor   string
+	Comment string
+}
+
+// whyOf returns why each event of name happened, in order.
+func (b *nlBundle) whyOf(name string) []why {
+	b.t.Helper()
+	es, err := b.s.LeaseHistory(b.ctx, name, &store.LeaseHistoryParams{Limit: store.MaxListLimit})
+	require.NoError(b.t, err, "LeaseHistory %s", name)
+	out := make([]why, len(es))
+	for i, e := range es {
+		out[i] = why{e.Kind, e.Reason, e.Actor, e.Comment}
+	}
+	return out
 }
 
 // event is a history record with its ID zeroed.
