@@ -361,7 +361,7 @@ func TestReleasesNobodyWaitsForSendNoNotice(t *testing.T) {
 		// earlier one would have too.
 		l, err := m.TryAcquire(ctx, t.Name()+"-forced", nil)
 		require.NoError(t, err)
-		_, err = other.ForceRelease(ctx, "m")
+		_, err = other.ForceRelease(ctx, "m", nil)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return freed.count(t.Name()+"-forced") == 1 }, 10*time.Second, time.Millisecond)
 		require.Zero(t, freed.count(t.Name()), "releases nobody waited for were announced")

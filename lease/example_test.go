@@ -122,7 +122,7 @@ func Example_fanOutCursor() {
 	fmt.Println("a advances to 10:", cursor.advance(la.Fence(), 10))
 
 	// fanout-a stalls; an operator declares it dead and fanout-b takes over.
-	_, _ = b.ForceRelease(ctx, "fanout-a")
+	_, _ = b.ForceRelease(ctx, "fanout-a", nil)
 	lb, _ := b.TryAcquire(ctx, "cursor/orders", &lease.AcquireOpts{TTL: time.Minute})
 	fmt.Println("b advances to 20:", cursor.advance(lb.Fence(), 20))
 

@@ -179,7 +179,7 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 							}
 							_ = l.Close(ctx)
 						case 3:
-							if _, err := managers[1-mi].ForceRelease(ctx, m.Owner()); err != nil {
+							if _, err := managers[1-mi].ForceRelease(ctx, m.Owner(), nil); err != nil {
 								t.Error(err)
 							}
 							count("force-released")

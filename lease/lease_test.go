@@ -256,7 +256,7 @@ func TestBadInput(t *testing.T) {
 		require.Eventually(t, func() bool { held, err := m.IsHeld(ctx, expired.Name()); return err == nil && !held }, 10*time.Second, time.Millisecond)
 		superseded, err := m.TryAcquire(ctx, prefix+"superseded", &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
-		_, err = other.ForceRelease(ctx, "alice-is-not-me") // nothing
+		_, err = other.ForceRelease(ctx, "alice-is-not-me", nil) // nothing
 		require.NoError(t, err)
 
 		snapshot := func() []any {
@@ -307,7 +307,7 @@ func TestBadInput(t *testing.T) {
 			{"AcquireAll of nothing", store.ErrInvalidCount, true, func() error { _, err := m.AcquireAll(ctx, nil, nil); return err }},
 			{"ListLongHeld of zero", store.ErrInvalidTTL, true, func() error { _, err := m.ListLongHeld(ctx, 0); return err }},
 			{"ListByOwner of nobody", store.ErrInvalidOwner, true, func() error { _, err := m.ListByOwner(ctx, ""); return err }},
-			{"ForceRelease of a bad owner", store.ErrInvalidOwner, true, func() error { _, err := m.ForceRelease(ctx, "bad\x00"); return err }},
+			{"ForceRelease of a bad owner", store.ErrInvalidOwner, true, func() error { _, err := m.ForceRelease(ctx, "bad\x00", nil); return err }},
 			{"acquire of a held name", lease.ErrHeld, false, func() error { _, err := other.TryAcquire(ctx, prefix+"live", nil); return err }},
 			{"renew past MaxRenewals", lease.ErrMaxRenewals, false, func() error { return live.Renew(ctx) }},
 			{"renew after expiry", lease.ErrExpired, false, func() error { return expired.Renew(ctx) }},
@@ -638,7 +638,7 @@ func TestForceRelease(t *testing.T) {
 		plain, err := crashed.TryAcquire(ctx, p+"plain", &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
 
-		got, err := operator.ForceRelease(ctx, crashed.Owner())
+		got, err := operator.ForceRelease(ctx, crashed.Owner(), nil)
 		require.NoError(t, err)
 		require.Len(t, got, 2)
 		wait(t, kept.Done(), "the kept-alive lease hears of it")
@@ -651,7 +651,7 @@ func TestForceRelease(t *testing.T) {
 		// The owner's own Manager ends its handles at once.
 		mine, err := crashed.TryAcquire(ctx, p+"mine", &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
-		_, err = crashed.ForceRelease(ctx, crashed.Owner())
+		_, err = crashed.ForceRelease(ctx, crashed.Owner(), nil)
 		require.NoError(t, err)
 		require.ErrorIs(t, mine.Err(), lease.ErrForceReleased)
 	})
@@ -666,7 +666,7 @@ func TestCheck(t *testing.T) {
 		l, err := alice.TryAcquire(ctx, t.Name(), &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
 		require.NoError(t, l.Check(ctx))
-		_, err = bob.ForceRelease(ctx, alice.Owner())
+		_, err = bob.ForceRelease(ctx, alice.Owner(), nil)
 		require.NoError(t, err)
 		m, err := bob.TryAcquire(ctx, t.Name(), nil)
 		require.NoError(t, err)
@@ -892,7 +892,7 @@ func TestStopEndsASupersededLease(t *testing.T) {
 		operator := newManager(t, b.open(t), &lease.Config{Owner: t.Name() + "-operator"})
 		old, err := m.TryAcquire(ctx, t.Name(), &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
-		_, err = operator.ForceRelease(ctx, m.Owner())
+		_, err = operator.ForceRelease(ctx, m.Owner(), nil)
 		require.NoError(t, err)
 		cur, err := m.TryAcquire(ctx, t.Name(), &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
@@ -971,7 +971,7 @@ func TestAcquireAllFailsWhenALeaseItHoldsEnds(t *testing.T) {
 		done <- err
 	}()
 	wait(t, paused, "AcquireAll holds a and waits for b")
-	_, err = other.ForceRelease(ctx, m.Owner()) // a, as an operator would: the notice ends it
+	_, err = other.ForceRelease(ctx, m.Owner(), nil) // a, as an operator would: the notice ends it
 	require.NoError(t, err)
 	err = within(t, "AcquireAll", func() error { return <-done })
 	require.ErrorIs(t, err, lease.ErrForceReleased)
@@ -1150,7 +1150,7 @@ func TestTryAcquireAllFailsWhenALeaseItHoldsEnds(t *testing.T) {
 		done <- err
 	}()
 	wait(t, s.entered, "a is held, b's acquire in flight")
-	_, err := m.ForceRelease(ctx, m.Owner())
+	_, err := m.ForceRelease(ctx, m.Owner(), nil)
 	require.NoError(t, err)
 	close(s.open)
 	err = within(t, "TryAcquireAll", func() error { return <-done })

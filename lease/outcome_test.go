@@ -235,7 +235,7 @@ func TestTheReleaseAfterAnUnknownOutcomeSparesALaterHolding(t *testing.T) {
 		l, _, err := stalledRenewal(t, m, s, &skew, "job")
 		require.ErrorIs(t, err, lease.ErrOutcomeUnknown)
 		wait(t, s.releasing, "the release after the unknown outcome waits at the gate")
-		_, err = other.ForceRelease(ctx, "svc")
+		_, err = other.ForceRelease(ctx, "svc", nil)
 		require.NoError(t, err)
 		next, err := other.TryAcquire(ctx, "job", &lease.AcquireOpts{TTL: time.Minute})
 		require.NoError(t, err)

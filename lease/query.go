@@ -106,12 +106,30 @@ func (m *Manager) History(ctx context.Context, name string, afterID int64, limit
 	return es, nil
 }
 
+// ForceReleaseParams are the options of ForceRelease. A nil pointer means
+// none.
+type ForceReleaseParams struct {
+	// Actor is the operator who force-releases, recorded in the history of
+	// each lease it ends (HistoryEvent.Actor): at most store.MaxNameLen
+	// bytes of text without control characters. Empty: none, unless Reason
+	// is set, which needs an Actor.
+	Actor string
+	// Reason is why, recorded with Actor (HistoryEvent.Comment): at most
+	// store.MaxTextLen bytes of text without control characters.
+	Reason string
+}
+
 // ForceRelease ends every live lease of owner (a crashed agent's) and
-// returns them. Waiters everywhere are woken; the holder's own Leases end
-// with ErrForceReleased at once in this process, and in another at its next
-// renewal (at once if it runs a keep-alive and hears the backend's notice).
-func (m *Manager) ForceRelease(ctx context.Context, owner string) ([]Info, error) {
-	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.cfg.DisableHistory})
+// returns them, recording p's Actor and Reason in their history. Waiters
+// everywhere are woken; the holder's own Leases end with ErrForceReleased
+// at once in this process, and in another at its next renewal (at once if
+// it runs a keep-alive and hears the backend's notice). A bad Actor or
+// Reason matches store.ErrInvalidArgument and ends nothing.
+func (m *Manager) ForceRelease(ctx context.Context, owner string, p *ForceReleaseParams) ([]Info, error) {
+	if p == nil {
+		p = &ForceReleaseParams{}
+	}
+	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.cfg.DisableHistory, Actor: p.Actor, Reason: p.Reason})
 	if err != nil {
 		return nil, fmt.Errorf("lease: force release %s: %w", store.QuoteInput(owner), err)
 	}

@@ -443,7 +443,7 @@ func TestStopEndsAKeepAliveStuckInARenewal(t *testing.T) {
 	renewed := make(chan error, 1)
 	go func() { renewed <- l.TryRenewNow(ctx) }() // bounded by an hour: the local deadline
 	wait(t, s.entered, "the keep-alive's renewal hangs")
-	_, err = m.ForceRelease(ctx, m.Owner())
+	_, err = m.ForceRelease(ctx, m.Owner(), nil)
 	require.NoError(t, err)
 	require.ErrorIs(t, l.Err(), lease.ErrForceReleased)
 	require.ErrorIs(t, within(t, "the pending TryRenewNow", func() error { return <-renewed }), lease.ErrForceReleased)
@@ -543,7 +543,7 @@ func TestEndEventsAreDelivered(t *testing.T) {
 		p := t.Name() + "/"
 		forced, err := m.TryAcquire(ctx, p+"forced", &lease.AcquireOpts{TTL: time.Hour})
 		require.NoError(t, err)
-		_, err = m.ForceRelease(ctx, m.Owner())
+		_, err = m.ForceRelease(ctx, m.Owner(), nil)
 		require.NoError(t, err)
 		short, err := m.TryAcquire(ctx, p+"short", &lease.AcquireOpts{TTL: 300 * time.Millisecond})
 		require.NoError(t, err)

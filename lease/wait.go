@@ -20,8 +20,9 @@ import (
 const (
 	// announceRefresh is how often a waiting head repeats its announcement.
 	announceRefresh = 3 * time.Second
-	// announceTTL is how long an announcement counts without a refresh.
-	announceTTL = 10 * time.Second
+	// announceTTL is how long an announcement counts without a refresh
+	// (the backend shows it to operators as long: ListLeaseWaiters).
+	announceTTL = store.LeaseWaiterTTL
 )
 
 // queues are the blocked acquires of this process, one queue per name in
