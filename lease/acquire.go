@@ -31,6 +31,26 @@ type AcquireOpts struct {
 	// Kind is the class of the lease ("cleanup", "migration", "inbox") for
 	// the Observer; never a per-entity name. Default: empty.
 	Kind string
+	// RenewShare is the share of the TTL after which the keep-alive renews
+	// this lease, in (0, 1): leases of several cadences can share one
+	// Manager (and so its ForceRelease and ListByOwner). Default:
+	// Config.RenewShare.
+	RenewShare float64
+	// MaxJitter bounds the random delay added to each renewal of this
+	// lease; it is capped at a tenth of the TTL. Default: Config.MaxJitter.
+	MaxJitter time.Duration
+}
+
+// cadence is the renewal cadence of a lease: its AcquireOpts or the
+// Manager's defaults.
+type cadence struct {
+	share  float64
+	jitter time.Duration
+}
+
+// cadenceOf returns the cadence opts ask for.
+func (m *Manager) cadenceOf(opts *AcquireOpts) cadence {
+	return cadence{share: cmp.Or(opts.RenewShare, m.cfg.RenewShare), jitter: cmp.Or(opts.MaxJitter, m.cfg.MaxJitter)}
 }
 
 // TTLPolicy chooses the TTL of an acquire: it is consulted before every
@@ -63,6 +83,12 @@ func (m *Manager) checkOpts(name string, opts *AcquireOpts) error {
 	}
 	if opts.Timeout < 0 {
 		return fmt.Errorf("%w: Timeout %v is negative", store.ErrInvalidTTL, opts.Timeout)
+	}
+	if !(opts.RenewShare >= 0 && opts.RenewShare < 1) { // NaN too; 0 is the default
+		return fmt.Errorf("%w: AcquireOpts.RenewShare %v must be in (0, 1)", store.ErrInvalidArgument, opts.RenewShare)
+	}
+	if opts.MaxJitter < 0 {
+		return fmt.Errorf("%w: AcquireOpts.MaxJitter %v is negative", store.ErrInvalidArgument, opts.MaxJitter)
 	}
 	return store.ValidateText("kind", opts.Kind)
 }
@@ -111,7 +137,7 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 	if err != nil {
 		return nil, err
 	}
-	l := m.newLease(g, start, ttl, opts.Kind)
+	l := m.newLease(g, start, ttl, opts.Kind, m.cadenceOf(opts))
 	// free releases the grant rather than leave it to the backend's expiry.
 	free := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ReleaseTimeout)

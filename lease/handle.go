@@ -24,9 +24,8 @@ type Lease struct {
 	owner       string
 	fence       int64
 	acquiredAt  time.Time
-	ttl         time.Duration
-	margin      time.Duration
 	maxRenewals int
+	cadence     cadence
 	kind        string    // for the Observer
 	start       time.Time // local: when the acquire attempt started
 	obsEnd      func()    // the Observer's end of the holding; nil without one
@@ -35,8 +34,10 @@ type Lease struct {
 	releasing chan struct{} // capacity 1: held by the Release in progress
 
 	mu         sync.Mutex
-	renewedAt  time.Time // by the backend's clock
-	expiresAt  time.Time // by the backend's clock
+	ttl        time.Duration // asked for by every renewal; RenewWith changes it
+	margin     time.Duration // the safety margin of ttl
+	renewedAt  time.Time     // by the backend's clock
+	expiresAt  time.Time     // by the backend's clock
 	renewals   int
 	deadline   time.Time // local, monotonic: attempt start + TTL - margin
 	timer      *time.Timer
@@ -68,8 +69,13 @@ func (l *Lease) Fence() int64 { return l.fence }
 // AcquiredAt returns when the backend granted the holding, by its clock.
 func (l *Lease) AcquiredAt() time.Time { return l.acquiredAt }
 
-// TTL returns the duration each grant and renewal asks for.
-func (l *Lease) TTL() time.Duration { return l.ttl }
+// TTL returns the duration each renewal asks for: the grant's, or the last
+// one RenewWith set.
+func (l *Lease) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
 
 // RenewedAt returns the backend's now at the last grant or renewal.
 func (l *Lease) RenewedAt() time.Time {
@@ -137,10 +143,10 @@ func (l *Lease) Err() error {
 }
 
 // newLease makes the handle of a grant whose attempt started at start.
-func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duration, kind string) *Lease {
+func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duration, kind string, c cadence) *Lease {
 	l := &Lease{
 		m: m, name: g.Name, owner: g.Owner, fence: g.Fence, acquiredAt: g.AcquiredAt,
-		ttl: ttl, margin: m.marginFor(ttl), maxRenewals: g.MaxRenewals, kind: kind, start: start,
+		ttl: ttl, margin: m.marginFor(ttl), maxRenewals: g.MaxRenewals, cadence: c, kind: kind, start: start,
 		renewedAt: g.RenewedAt, expiresAt: g.ExpiresAt, renewals: g.Renewals,
 		over: make(chan struct{}), renewing: make(chan struct{}, 1), releasing: make(chan struct{}, 1),
 	}
@@ -299,13 +305,45 @@ func endKind(cause error) EventKind {
 // by ctx, by the local deadline (a renewal that ends after it proves
 // nothing) and by the end of the lease: once the lease is over, Renew
 // returns why at once, whether it waits for its turn or for the backend.
-func (l *Lease) Renew(ctx context.Context) error {
+func (l *Lease) Renew(ctx context.Context) error { return l.renew(ctx, 0) }
+
+// RenewOpts are the options of RenewWith. A nil *RenewOpts means the
+// defaults; so does the zero value of each field.
+type RenewOpts struct {
+	// TTL, if set, is the lease's TTL from this renewal on: this renewal
+	// and the later ones (the keep-alive's too, which reschedules its next
+	// renewal by it) ask for it, and the local deadline and safety margin
+	// follow it. It is not set if the renewal fails. It must be within
+	// [1µs, Config.MaxTTL]; the TTLPolicy is not consulted. Default: the
+	// lease's TTL.
+	TTL time.Duration
+}
+
+// RenewWith is Renew with options: RenewOpts.TTL changes the lease's TTL,
+// so one holding can shorten or lengthen its lease as its work goes. Bad
+// options (a TTL out of range) return an error matching
+// ErrInvalidArgument that names the field, and change nothing.
+func (l *Lease) RenewWith(ctx context.Context, opts *RenewOpts) error {
+	if opts == nil {
+		opts = &RenewOpts{}
+	}
+	if opts.TTL != 0 {
+		if err := store.ValidateTTL(opts.TTL, l.m.cfg.MaxTTL); err != nil {
+			return fmt.Errorf("lease: renew %s: RenewOpts.TTL: %w", store.QuoteInput(l.name), err)
+		}
+	}
+	return l.renew(ctx, opts.TTL)
+}
+
+// renew is Renew, asking for newTTL (and making it the lease's TTL) when it
+// is not zero.
+func (l *Lease) renew(ctx context.Context, newTTL time.Duration) error {
 	if err := l.takeTurn(ctx); err != nil {
 		return err
 	}
 	defer func() { <-l.renewing }()
 	l.mu.Lock()
-	cause, ttl := l.cause, l.ttl
+	cause, ttl := l.cause, cmp.Or(newTTL, l.ttl)
 	left := l.deadline.Sub(l.m.cfg.Now()) // fixed while this renewal has its turn
 	l.mu.Unlock()
 	switch {
@@ -370,6 +408,12 @@ func (l *Lease) Renew(ctx context.Context) error {
 	}
 	l.renewedAt, l.expiresAt, l.renewals = g.RenewedAt, g.ExpiresAt, g.Renewals
 	l.lastErr = nil
+	if ttl != l.ttl {
+		l.ttl, l.margin = ttl, l.m.marginFor(ttl)
+		if l.keepAlive != nil {
+			l.keepAlive.reschedule()
+		}
+	}
 	l.deadline = start.Add(ttl - l.margin)
 	l.timer.Reset(max(l.deadline.Sub(l.m.cfg.Now()), 0))
 	l.m.events.emit(l.event(Renewed, g.RenewedAt, nil))

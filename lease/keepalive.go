@@ -18,6 +18,7 @@ type keepAlive struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	renewNow chan struct{}     // capacity 1: renew now (a notice said the name was freed)
+	retime   chan struct{}     // capacity 1: the TTL changed (RenewWith): reschedule the next renewal
 	requests chan renewRequest // TryRenewNow: renew once now and answer
 }
 
@@ -29,8 +30,10 @@ type renewRequest struct {
 }
 
 // KeepAlive starts renewing the lease in the background, which makes it a
-// runner: renewals at Config.RenewShare of the TTL plus a random jitter (up
-// to Config.MaxJitter, at most a tenth of the TTL), on the monotonic clock.
+// runner: renewals at the lease's renew share of the TTL plus a random
+// jitter (up to its MaxJitter, at most a tenth of the TTL), on the
+// monotonic clock: AcquireOpts.RenewShare and MaxJitter, by default the
+// Config's. The TTL is the last one asked for (see RenewWith).
 // A renewal that fails for a transient reason is retried with exponential
 // backoff until the local deadline; if none succeeds by then, the lease ends
 // with ErrLost, before the backend could hand the name to anyone else. A
@@ -51,7 +54,7 @@ func (l *Lease) KeepAlive() error {
 	// No loop starts once Stop began: Stop waits for the loops, and ends
 	// those it does not stop by releasing their leases (loopCtx).
 	ctx, cancel := context.WithCancel(l.m.gate.loopCtx)
-	k := &keepAlive{cancel: cancel, done: make(chan struct{}), renewNow: make(chan struct{}, 1), requests: make(chan renewRequest)}
+	k := &keepAlive{cancel: cancel, done: make(chan struct{}), renewNow: make(chan struct{}, 1), retime: make(chan struct{}, 1), requests: make(chan renewRequest)}
 	l.keepAlive = k
 	started := l.m.gate.goWork(func() {
 		defer close(k.done)
@@ -87,6 +90,15 @@ func (l *Lease) dropKeepAlive() {
 	l.mu.Lock()
 	l.keepAlive = nil
 	l.mu.Unlock()
+}
+
+// reschedule makes the loop recompute its pause before the next renewal,
+// without renewing: the lease's TTL changed.
+func (k *keepAlive) reschedule() {
+	select {
+	case k.retime <- struct{}{}:
+	default:
+	}
 }
 
 // renewNow makes a running keep-alive renew now.
@@ -150,8 +162,8 @@ func (l *Lease) nextRenewal() time.Duration {
 	l.mu.Lock()
 	ttl := l.ttl
 	l.mu.Unlock()
-	share := time.Duration(float64(ttl) * l.m.cfg.RenewShare)
-	jitter := min(l.m.cfg.MaxJitter, ttl/10)
+	share := time.Duration(float64(ttl) * l.cadence.share)
+	jitter := min(l.cadence.jitter, ttl/10)
 	pause := share
 	if jitter > 0 {
 		pause += rand.N(jitter + 1)
@@ -182,6 +194,10 @@ func (l *Lease) renewLoop(ctx context.Context, k *keepAlive) {
 		case <-k.renewNow:
 		case req = <-k.requests:
 		case <-timer.C:
+		case <-k.retime:
+			timer.Stop()
+			timer.Reset(l.nextRenewal())
+			continue
 		}
 		var err error
 		if req.reply != nil {
