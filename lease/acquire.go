@@ -93,10 +93,17 @@ func (m *Manager) checkOpts(name string, opts *AcquireOpts) error {
 	return store.ValidateText("kind", opts.Kind)
 }
 
-// observeAcquire tells the observer an acquisition's outcome.
-func (m *Manager) observeAcquire(ctx context.Context, opts *AcquireOpts, err error) {
+// observeAcquire tells the observer an acquisition's outcome, and the
+// subscribers a refusal (an error matching ErrHeld: the name was held
+// throughout) of an acquire that began at since.
+func (m *Manager) observeAcquire(ctx context.Context, name string, opts *AcquireOpts, since time.Time, err error) {
 	if m.cfg.Observer != nil {
 		m.cfg.Observer.Acquire(ctx, opts.Kind, err)
+	}
+	var held *HeldError
+	if errors.As(err, &held) {
+		m.events.emit(Event{Kind: Refused, Name: name, Owner: m.cfg.Owner, At: held.AsOf, ExpiresAt: held.ExpiresAt,
+			Waited: m.cfg.Now().Sub(since), Err: err})
 	}
 }
 
@@ -115,7 +122,7 @@ func (m *Manager) policyTTL(ctx context.Context, name string, requested time.Dur
 // attempt makes one acquire attempt; with mark > 0 (a blocking acquire, see
 // wantedFor), the backend marks the name wanted if it is held. Stop waits for
 // the attempts in flight: one granted once Stop began releases its grant.
-func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, mark time.Duration) (*Lease, error) {
+func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, mark time.Duration, since time.Time) (*Lease, error) {
 	if !m.gate.enter(&m.gate.attempts) {
 		return nil, ErrStopped
 	}
@@ -137,7 +144,7 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 	if err != nil {
 		return nil, err
 	}
-	l := m.newLease(g, start, ttl, opts.Kind, m.cadenceOf(opts))
+	l := m.newLease(g, start, ttl, opts.Kind, m.cadenceOf(opts), since)
 	// free releases the grant rather than leave it to the backend's expiry.
 	free := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ReleaseTimeout)
@@ -213,8 +220,9 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 	if err := m.checkOpts(name, opts); err != nil {
 		return nil, fmt.Errorf("lease: try acquire %s: %w", store.QuoteInput(name), err)
 	}
-	l, err := m.attempt(ctx, name, opts, 0)
-	m.observeAcquire(ctx, opts, err)
+	since := m.cfg.Now()
+	l, err := m.attempt(ctx, name, opts, 0, since)
+	m.observeAcquire(ctx, name, opts, since, err)
 	if err != nil {
 		return nil, fmt.Errorf("lease: try acquire %s: %w", store.QuoteInput(name), err)
 	}
@@ -247,10 +255,12 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 		ctx, cancel = context.WithTimeoutCause(ctx, opts.Timeout, errAcquireTimeout)
 		defer cancel()
 	}
-	l, err := m.waitAndAcquire(ctx, name, opts)
-	m.observeAcquire(ctx, opts, err)
+	since := m.cfg.Now()
+	l, err := m.waitAndAcquire(ctx, name, opts, since)
+	err = timeoutError(ctx, opts.Timeout, err)
+	m.observeAcquire(ctx, name, opts, since, err)
 	if err != nil {
-		return nil, fmt.Errorf("lease: acquire %s: %w", store.QuoteInput(name), timeoutError(ctx, opts.Timeout, err))
+		return nil, fmt.Errorf("lease: acquire %s: %w", store.QuoteInput(name), err)
 	}
 	return l, nil
 }
@@ -337,14 +347,16 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 	for i, name := range sorted {
 		var l *Lease
 		var err error
+		since := m.cfg.Now()
 		if wait {
-			l, err = m.acquireNext(ctx, name, opts, out)
+			l, err = m.acquireNext(ctx, name, opts, out, since)
 		} else {
-			l, err = m.attempt(ctx, name, opts, 0)
+			l, err = m.attempt(ctx, name, opts, 0, since)
 		}
-		m.observeAcquire(ctx, opts, err)
+		err = timeoutError(ctx, opts.Timeout, err)
+		m.observeAcquire(ctx, name, opts, since, err)
 		if err != nil {
-			return fail(name, timeoutError(ctx, opts.Timeout, err))
+			return fail(name, err)
 		}
 		out = append(out, l)
 		if wait && !opts.KeepAlive && i < len(sorted)-1 {
@@ -373,9 +385,9 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 // acquireNext is the blocking acquire of AcquireAll's next name, which gives
 // up when one of the leases it acquired already (got) ends: it fails with
 // that lease's error.
-func (m *Manager) acquireNext(ctx context.Context, name string, opts *AcquireOpts, got []*Lease) (*Lease, error) {
+func (m *Manager) acquireNext(ctx context.Context, name string, opts *AcquireOpts, got []*Lease, since time.Time) (*Lease, error) {
 	if len(got) == 0 {
-		return m.waitAndAcquire(ctx, name, opts)
+		return m.waitAndAcquire(ctx, name, opts, since)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -386,7 +398,7 @@ func (m *Manager) acquireNext(ctx context.Context, name string, opts *AcquireOpt
 		})
 		defer stop()
 	}
-	l, err := m.waitAndAcquire(wctx, name, opts)
+	l, err := m.waitAndAcquire(wctx, name, opts, since)
 	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
 		return nil, context.Cause(wctx)
 	}

@@ -10,7 +10,8 @@ type EventKind string
 
 // The events of a lease. Every lease has one Acquired event first, then
 // Renewed events, then exactly one end event: Released, Lost, Expired or
-// ForceReleased.
+// ForceReleased. Refused is no lease's: an acquire that did not get its
+// name.
 const (
 	Acquired      EventKind = "acquired"
 	Renewed       EventKind = "renewed"
@@ -18,6 +19,15 @@ const (
 	Lost          EventKind = "lost"           // ErrLost or ErrMaxRenewals
 	Expired       EventKind = "expired"        // ErrExpired
 	ForceReleased EventKind = "force-released" // ErrForceReleased
+	// Refused is an acquire of this Manager that failed because another
+	// holding held the name throughout: a TryAcquire (or TryAcquireAll)
+	// that found it held, a blocking acquire whose AcquireOpts.Timeout
+	// passed (ErrTimeout) or whose context ended while it waited. Err
+	// wraps the *HeldError of the holder last seen; At is when it was seen
+	// held and ExpiresAt its expiry, by the backend's clock; Fence is 0.
+	// Acquires that failed for another reason (bad input, a backend
+	// error, Stop) send no event.
+	Refused EventKind = "refused"
 )
 
 // Event is a transition of a lease of the Manager.
@@ -30,7 +40,15 @@ type Event struct {
 	// end events, which the holder learns of on its own side.
 	At        time.Time
 	ExpiresAt time.Time // the expiry by the backend's clock, as last known
-	Err       error     // for the end events, why (Lease.Err)
+	// Waited is, for Acquired, how long the acquire took, its wait behind
+	// other holders included (by the local clock, from the call to the
+	// grant), and the same for every later event of the lease; for
+	// Refused, how long the acquire tried before it gave up.
+	Waited time.Duration
+	// Renewals is the holding's renewal count when the event happened:
+	// 0 for Acquired, n for its n-th Renewed.
+	Renewals int
+	Err      error // for the end events, why (Lease.Err); for Refused, the acquire's error
 }
 
 // Subscription receives the events of a Manager's leases, in the order they

@@ -26,9 +26,10 @@ type Lease struct {
 	acquiredAt  time.Time
 	maxRenewals int
 	cadence     cadence
-	kind        string    // for the Observer
-	start       time.Time // local: when the acquire attempt started
-	obsEnd      func()    // the Observer's end of the holding; nil without one
+	kind        string        // for the Observer
+	waited      time.Duration // how long the acquire took, wait included (Event.Waited)
+	start       time.Time     // local: when the acquire attempt started
+	obsEnd      func()        // the Observer's end of the holding; nil without one
 
 	renewing  chan struct{} // capacity 1: held by the renewal in progress
 	releasing chan struct{} // capacity 1: held by the Release in progress
@@ -143,7 +144,7 @@ func (l *Lease) Err() error {
 }
 
 // newLease makes the handle of a grant whose attempt started at start.
-func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duration, kind string, c cadence) *Lease {
+func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duration, kind string, c cadence, since time.Time) *Lease {
 	l := &Lease{
 		m: m, name: g.Name, owner: g.Owner, fence: g.Fence, acquiredAt: g.AcquiredAt,
 		ttl: ttl, margin: m.marginFor(ttl), maxRenewals: g.MaxRenewals, cadence: c, kind: kind, start: start,
@@ -151,6 +152,7 @@ func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duratio
 		over: make(chan struct{}), renewing: make(chan struct{}, 1), releasing: make(chan struct{}, 1),
 	}
 	l.deadline = start.Add(ttl - l.margin)
+	l.waited = max(m.cfg.Now().Sub(since), 0)
 	if m.cfg.Observer != nil {
 		l.obsEnd = m.cfg.Observer.Held(kind)
 	}
@@ -560,7 +562,8 @@ func (l *Lease) Check(ctx context.Context) error {
 	return nil
 }
 
-// event returns an event of this lease.
+// event returns an event of this lease. l.mu must be held.
 func (l *Lease) event(kind EventKind, at time.Time, err error) Event {
-	return Event{Kind: kind, Name: l.name, Owner: l.owner, Fence: l.fence, At: at, ExpiresAt: l.expiresAt, Err: err}
+	return Event{Kind: kind, Name: l.name, Owner: l.owner, Fence: l.fence, At: at, ExpiresAt: l.expiresAt,
+		Waited: l.waited, Renewals: l.renewals, Err: err}
 }

@@ -194,7 +194,8 @@ type Config struct {
 // called from the renewing loops.
 type Observer interface {
 	// Acquire reports an acquisition's outcome: once per TryAcquire, once
-	// per blocking acquire (its final error).
+	// per blocking acquire (its final error, matching ErrTimeout when
+	// AcquireOpts.Timeout passed).
 	Acquire(ctx context.Context, kind string, err error)
 	// Renew reports each renewal attempt.
 	Renew(ctx context.Context, kind string, err error)

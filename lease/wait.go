@@ -83,8 +83,9 @@ func (e *heldWaitError) Error() string   { return fmt.Sprintf("%v (last seen: %v
 func (e *heldWaitError) Unwrap() []error { return []error{e.ctxErr, e.held} }
 
 // waitAndAcquire is the wait loop of a blocking acquire: it queues for
-// name, waits for its turn, and tries until it wins.
-func (m *Manager) waitAndAcquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
+// name, waits for its turn, and tries until it wins. since is when the
+// acquire began (Event.Waited).
+func (m *Manager) waitAndAcquire(ctx context.Context, name string, opts *AcquireOpts, since time.Time) (*Lease, error) {
 	w := m.queues.join(name)
 	acquired := false
 	defer func() { m.queues.leave(name, w, acquired) }()
@@ -105,7 +106,7 @@ func (m *Manager) waitAndAcquire(ctx context.Context, name string, opts *Acquire
 		}
 		before := m.cfg.Now()
 		mark := m.wantedFor(name)
-		l, err := m.attempt(ctx, name, opts, mark)
+		l, err := m.attempt(ctx, name, opts, mark, since)
 		if err == nil {
 			acquired = true
 			m.queues.headAcquired(name)
