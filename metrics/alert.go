@@ -44,6 +44,20 @@ const (
 	// parked (store.Parker): their recovery kept failing and their streams
 	// wait until an operator chooses what becomes of them (warning).
 	AlertParked = "Parked"
+	// AlertNamedLeaseTimeouts: more than Thresholds.NamedLeaseTimeouts
+	// blocking acquires of named leases timed out (lease.ErrTimeout) in
+	// the window: a holder keeps a name too long, or too many wait for it
+	// (warning).
+	AlertNamedLeaseTimeouts = "NamedLeaseTimeouts"
+	// AlertNamedLeaseLosses: more than Thresholds.NamedLeaseLosses
+	// named-lease holdings of this process were lost in the window
+	// (expired, could not be renewed in time, force-released, at their
+	// maximum renewals): a holder was deposed (warning).
+	AlertNamedLeaseLosses = "NamedLeaseLosses"
+	// AlertNamedLeaseLongHeld: more than Thresholds.NamedLeaseLongHeld
+	// holdings were held longer than the lease.Monitor's StuckAfter at
+	// its last check (warning).
+	AlertNamedLeaseLongHeld = "NamedLeaseLongHeld"
 )
 
 // Alert is one change of an alert's state: it fires (Firing true) when its
@@ -72,6 +86,9 @@ const (
 	DefaultOpenGaps            = 100
 	DefaultHistoryLost         = 0
 	DefaultParked              = 0
+	DefaultNamedLeaseTimeouts  = 10
+	DefaultNamedLeaseLosses    = 0
+	DefaultNamedLeaseLongHeld  = 0
 )
 
 // Thresholds of the alerts; each fires when its value is above its
@@ -95,6 +112,16 @@ type Thresholds struct {
 	// Parked is how many entries may be parked. Default: DefaultParked
 	// (0: any fires).
 	Parked int64
+	// NamedLeaseTimeouts is how many named-lease acquires may time out in
+	// the window. Default: DefaultNamedLeaseTimeouts (10).
+	NamedLeaseTimeouts int
+	// NamedLeaseLosses is how many named-lease holdings may be lost in the
+	// window. Default: DefaultNamedLeaseLosses (0: any fires).
+	NamedLeaseLosses int
+	// NamedLeaseLongHeld is how many holdings may be stuck at the
+	// Monitor's last check. Default: DefaultNamedLeaseLongHeld (0: any
+	// fires).
+	NamedLeaseLongHeld int
 }
 
 // EvaluatorConfig configures an Evaluator. A nil *EvaluatorConfig means the
@@ -149,6 +176,7 @@ type Evaluator struct {
 	openGaps int64  // last count; -1: none yet
 	lost     int    // refused streams and names, as last told
 	parked   int64  // parked entries, last count; -1: none yet
+	longHeld int    // stuck named-lease holdings, last check; -1: none yet
 	alerts   map[string]*Alert
 }
 
@@ -157,6 +185,7 @@ type slot struct {
 	start                     time.Time
 	granted, expired          int64
 	recoveryOK, recoveryFails int64
+	nlTimeouts, nlLosses      int64
 }
 
 // NewEvaluator returns an Evaluator. It returns an error naming the field
@@ -185,6 +214,9 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 			OpenGaps:            cmp.Or(cfg.Thresholds.OpenGaps, DefaultOpenGaps),
 			HistoryLost:         cmp.Or(cfg.Thresholds.HistoryLost, DefaultHistoryLost),
 			Parked:              cmp.Or(cfg.Thresholds.Parked, DefaultParked),
+			NamedLeaseTimeouts:  cmp.Or(cfg.Thresholds.NamedLeaseTimeouts, DefaultNamedLeaseTimeouts),
+			NamedLeaseLosses:    cmp.Or(cfg.Thresholds.NamedLeaseLosses, DefaultNamedLeaseLosses),
+			NamedLeaseLongHeld:  cmp.Or(cfg.Thresholds.NamedLeaseLongHeld, DefaultNamedLeaseLongHeld),
 		},
 		sink:     cfg.Sink,
 		logger:   cfg.Logger,
@@ -192,6 +224,7 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 		cycle:    -1,
 		openGaps: -1,
 		parked:   -1,
+		longHeld: -1,
 		alerts:   map[string]*Alert{},
 	}
 	e.slot = max(e.window/60, time.Nanosecond)
@@ -208,6 +241,9 @@ func NewEvaluator(cfg *EvaluatorConfig) (*Evaluator, error) {
 		{Name: AlertOpenGaps, Level: LevelWarning, Threshold: float64(e.th.OpenGaps)},
 		{Name: AlertHistoryLost, Level: LevelCritical, Threshold: float64(e.th.HistoryLost)},
 		{Name: AlertParked, Level: LevelWarning, Threshold: float64(e.th.Parked)},
+		{Name: AlertNamedLeaseTimeouts, Level: LevelWarning, Threshold: float64(e.th.NamedLeaseTimeouts)},
+		{Name: AlertNamedLeaseLosses, Level: LevelWarning, Threshold: float64(e.th.NamedLeaseLosses)},
+		{Name: AlertNamedLeaseLongHeld, Level: LevelWarning, Threshold: float64(e.th.NamedLeaseLongHeld)},
 	} {
 		if a.Threshold >= 0 {
 			e.alerts[a.Name] = &a
@@ -270,6 +306,22 @@ func (e *Evaluator) Parked(n int64) {
 	e.evaluateLocked(e.now())
 }
 
+// NamedLeaseTimeout reports a blocking named-lease acquire that timed out
+// (lease.ErrTimeout).
+func (e *Evaluator) NamedLeaseTimeout() { e.add(func(s *slot) { s.nlTimeouts++ }) }
+
+// NamedLeaseLost reports a named-lease holding its holder lost.
+func (e *Evaluator) NamedLeaseLost() { e.add(func(s *slot) { s.nlLosses++ }) }
+
+// NamedLeasesLongHeld reports how many holdings the lease.Monitor's last
+// check found stuck.
+func (e *Evaluator) NamedLeasesLongHeld(n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.longHeld = n
+	e.evaluateLocked(e.now())
+}
+
 // Evaluate slides the window to now and re-evaluates every alert.
 func (e *Evaluator) Evaluate() {
 	e.mu.Lock()
@@ -283,7 +335,8 @@ func (e *Evaluator) Alerts() []Alert {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := make([]Alert, 0, len(e.alerts))
-	for _, name := range []string{AlertExpirationRate, AlertMassExpiry, AlertRecoveryFailureRate, AlertOpenGaps, AlertHistoryLost, AlertParked} {
+	for _, name := range []string{AlertExpirationRate, AlertMassExpiry, AlertRecoveryFailureRate, AlertOpenGaps, AlertHistoryLost, AlertParked,
+		AlertNamedLeaseTimeouts, AlertNamedLeaseLosses, AlertNamedLeaseLongHeld} {
 		if a, ok := e.alerts[name]; ok {
 			out = append(out, *a)
 		}
@@ -307,6 +360,8 @@ func (e *Evaluator) add(f func(*slot)) {
 	e.total.expired += cur.expired - before.expired
 	e.total.recoveryOK += cur.recoveryOK - before.recoveryOK
 	e.total.recoveryFails += cur.recoveryFails - before.recoveryFails
+	e.total.nlTimeouts += cur.nlTimeouts - before.nlTimeouts
+	e.total.nlLosses += cur.nlLosses - before.nlLosses
 	e.evaluateLocked(now)
 }
 
@@ -322,6 +377,8 @@ func (e *Evaluator) slide(now time.Time) {
 		e.total.expired -= s.expired
 		e.total.recoveryOK -= s.recoveryOK
 		e.total.recoveryFails -= s.recoveryFails
+		e.total.nlTimeouts -= s.nlTimeouts
+		e.total.nlLosses -= s.nlLosses
 		drop++
 	}
 	e.slots = e.slots[drop:]
@@ -370,6 +427,20 @@ func (e *Evaluator) evaluateLocked(now time.Time) {
 		e.set(now, AlertParked, float64(e.parked), e.parked > e.th.Parked, func(a *Alert) string {
 			return fmt.Sprintf("%d parked entries; threshold %.0f: their recovery kept failing and their streams wait "+
 				"until an operator unparks, fills or gives them up (seqlease parked lists them)", e.parked, a.Threshold)
+		})
+	}
+	e.set(now, AlertNamedLeaseTimeouts, float64(t.nlTimeouts), t.nlTimeouts > int64(e.th.NamedLeaseTimeouts), func(a *Alert) string {
+		return fmt.Sprintf("%d named-lease acquires timed out in the last %v; threshold %.0f: a holder keeps its name "+
+			"too long or too many wait for it (seqlease leases lists the holders)", t.nlTimeouts, e.window, a.Threshold)
+	})
+	e.set(now, AlertNamedLeaseLosses, float64(t.nlLosses), t.nlLosses > int64(e.th.NamedLeaseLosses), func(a *Alert) string {
+		return fmt.Sprintf("%d named-lease holdings lost in the last %v; threshold %.0f: holders were deposed "+
+			"(renewals failing, the database slow, force-releases)", t.nlLosses, e.window, a.Threshold)
+	})
+	if e.longHeld >= 0 {
+		e.set(now, AlertNamedLeaseLongHeld, float64(e.longHeld), e.longHeld > e.th.NamedLeaseLongHeld, func(a *Alert) string {
+			return fmt.Sprintf("%d named-lease holdings held longer than the monitor's threshold; threshold %.0f: "+
+				"a holder renews in a loop it never leaves (the monitor's log names them)", e.longHeld, a.Threshold)
 		})
 	}
 }

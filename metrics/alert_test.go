@@ -181,7 +181,8 @@ func TestAlertThresholds(t *testing.T) {
 	for _, x := range a.e.Alerts() {
 		names = append(names, x.Name)
 	}
-	require.Equal(t, []string{metrics.AlertExpirationRate, metrics.AlertRecoveryFailureRate, metrics.AlertOpenGaps, metrics.AlertHistoryLost, metrics.AlertParked}, names)
+	require.Equal(t, []string{metrics.AlertExpirationRate, metrics.AlertRecoveryFailureRate, metrics.AlertOpenGaps, metrics.AlertHistoryLost, metrics.AlertParked,
+		metrics.AlertNamedLeaseTimeouts, metrics.AlertNamedLeaseLosses, metrics.AlertNamedLeaseLongHeld}, names)
 }
 
 // TestAlertHistoryLost checks that the lost history alert fires, critical,
@@ -212,4 +213,55 @@ func TestAlertHistoryLost(t *testing.T) {
 	for _, x := range off.e.Alerts() {
 		require.NotEqual(t, metrics.AlertHistoryLost, x.Name)
 	}
+}
+
+// TestAlertNamedLeases: the named-lease timeouts and losses alerts count in
+// the window and resolve as it slides past them; the long-held alert
+// follows the Monitor's last check; negative thresholds turn them off.
+func TestAlertNamedLeases(t *testing.T) {
+	a := newAlerting(t, metrics.EvaluatorConfig{Thresholds: metrics.Thresholds{NamedLeaseTimeouts: 2}})
+	a.e.NamedLeaseTimeout()
+	a.e.NamedLeaseTimeout()
+	require.Empty(t, a.take(), "2 timeouts are not above 2")
+	a.e.NamedLeaseTimeout()
+	got := a.take()
+	require.Len(t, got, 1)
+	require.Equal(t, metrics.AlertNamedLeaseTimeouts, got[0].Name)
+	require.Equal(t, metrics.LevelWarning, got[0].Level)
+	require.True(t, got[0].Firing)
+	require.Equal(t, 3.0, got[0].Value)
+	require.Contains(t, got[0].Message, "3 named-lease acquires timed out")
+
+	a.e.NamedLeaseLost()
+	got = a.take()
+	require.Len(t, got, 1, "any loss fires by default")
+	require.Equal(t, metrics.AlertNamedLeaseLosses, got[0].Name)
+	require.True(t, got[0].Firing)
+
+	a.clk.Advance(time.Hour + time.Hour/60)
+	a.e.Evaluate()
+	got = a.take()
+	require.Len(t, got, 2, "both resolve when the window slides past")
+	require.False(t, got[0].Firing)
+	require.False(t, got[1].Firing)
+
+	a.e.NamedLeasesLongHeld(0)
+	require.Empty(t, a.take())
+	a.e.NamedLeasesLongHeld(2)
+	got = a.take()
+	require.Len(t, got, 1)
+	require.Equal(t, metrics.AlertNamedLeaseLongHeld, got[0].Name)
+	require.True(t, got[0].Firing)
+	require.Equal(t, 2.0, got[0].Value)
+	a.e.NamedLeasesLongHeld(0)
+	got = a.take()
+	require.Len(t, got, 1)
+	require.False(t, got[0].Firing)
+
+	off := newAlerting(t, metrics.EvaluatorConfig{Thresholds: metrics.Thresholds{
+		NamedLeaseTimeouts: -1, NamedLeaseLosses: -1, NamedLeaseLongHeld: -1}})
+	off.e.NamedLeaseTimeout()
+	off.e.NamedLeaseLost()
+	off.e.NamedLeasesLongHeld(5)
+	require.Empty(t, off.take(), "negative thresholds turn the alerts off")
 }

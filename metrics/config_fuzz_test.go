@@ -106,6 +106,9 @@ func FuzzNewEvaluator(f *testing.F) {
 			{metrics.AlertOpenGaps, gapsTh >= 0, gapsTh < math.MaxInt64},
 			{metrics.AlertHistoryLost, true, true},
 			{metrics.AlertParked, true, false}, // never reported here
+			{metrics.AlertNamedLeaseTimeouts, true, false},
+			{metrics.AlertNamedLeaseLosses, true, false},
+			{metrics.AlertNamedLeaseLongHeld, true, false},
 		} {
 			if a.on {
 				wantOn[a.name], wantFire[a.name] = true, a.fire

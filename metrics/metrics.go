@@ -49,6 +49,7 @@ const (
 	NameNamedLeaseLosses       = "seqlease.named_lease.losses"
 	NameNamedLeaseHoldDuration = "seqlease.named_lease.hold.duration"
 	NameNamedLeaseLongHeld     = "seqlease.named_lease.long_held"
+	NameNamedLeaseHoldings     = "seqlease.named_lease.holdings"
 	NameAlertActive            = "seqlease.alert.active"
 	NameReaderLag              = "seqlease.reader.lag"
 	NameListenDeaf             = "seqlease.listen.deaf"
@@ -70,6 +71,7 @@ const (
 	KeyLevel  = attribute.Key("level")
 	KeyReader = attribute.Key("reader")
 	KeyLease  = attribute.Key("lease")
+	KeyStatus = attribute.Key("status")
 )
 
 // OtherStream is the stream attribute of every stream beyond
@@ -204,6 +206,7 @@ type Metrics struct {
 	cascadeActive, alertActive             metric.Int64ObservableGauge
 	hooksPending, parkedGauge              metric.Int64ObservableGauge
 	nlLongHeld, readerLag, listenDeaf      metric.Int64ObservableGauge
+	nlHoldings                             metric.Int64ObservableGauge
 	listenDeafChecks, historyLost          metric.Int64ObservableCounter
 	registration                           metric.Registration
 
@@ -356,6 +359,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.nlLosses = counter(NameNamedLeaseLosses, "{loss}", "Named leases lost by their holders (expired or could not be renewed in time, force-released).")
 	m.nlHold = histogram(NameNamedLeaseHoldDuration, "How long named leases were held, by how the holding ended (released, lost).", holdBuckets)
 	m.nlLongHeld = gauge(NameNamedLeaseLongHeld, "{lease}", "Named leases this process has held for longer than Config.LongHeldAfter, by kind.")
+	m.nlHoldings = gauge(NameNamedLeaseHoldings, "{lease}", "Live named-lease holdings of the whole store (of its Owner, if set) as the lease.Monitor's last check listed them, by status (active, long-held: held at least its StuckAfter).")
 	m.alertActive = gauge(NameAlertActive, "{alert}", "1 while an alert of the evaluator fires, else 0.")
 	m.readerLag = gauge(NameReaderLag, "{entry}", "The stream's watermark minus the reader's saved checkpoint, by reader and stream.")
 	m.listenDeaf = gauge(NameListenDeaf, "{listener}", "Listeners (LISTEN connections of the barrier's and the named leases' watches) whose self-check heard nothing: they poll instead. A transaction-mode pooler? Set postgres.Config.ListenDSN.")
@@ -370,7 +374,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 		return fmt.Errorf("creating instruments: %w", err)
 	}
 	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending, m.readerLag,
-		m.listenDeaf, m.listenDeafChecks, m.historyLost, m.parkedGauge)
+		m.listenDeaf, m.listenDeafChecks, m.historyLost, m.parkedGauge, m.nlHoldings)
 	if err != nil {
 		return fmt.Errorf("registering the gauges' callback: %w", err)
 	}
@@ -445,6 +449,7 @@ const (
 	shapeResult                        // result
 	shapeAlert                         // alert, level
 	shapeLease                         // lease
+	shapeStatus                        // status
 )
 
 type attrKey struct {
@@ -480,6 +485,8 @@ func (m *Metrics) opt(k attrKey) metric.MeasurementOption {
 		kv = []attribute.KeyValue{KeyAlert.String(k.a), KeyLevel.String(k.b)}
 	case shapeLease:
 		kv = []attribute.KeyValue{KeyLease.String(k.a)}
+	case shapeStatus:
+		kv = []attribute.KeyValue{KeyStatus.String(k.a)}
 	default:
 		panic(fmt.Sprintf("metrics: unknown attribute shape %d", k.shape))
 	}

@@ -325,6 +325,9 @@ func TestInstruments(t *testing.T) {
 		"alert=OpenGaps,level=warning":            0,
 		"alert=HistoryLost,level=critical":        0,
 		"alert=Parked,level=warning":              0, // no store counts parked entries here
+		"alert=NamedLeaseTimeouts,level=warning":  0,
+		"alert=NamedLeaseLosses,level=warning":    1, // nl.Lost above
+		"alert=NamedLeaseLongHeld,level=warning":  0, // no Monitor checked
 	}, sums(metrics.NameAlertActive))
 
 	// Histograms.

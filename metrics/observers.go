@@ -30,6 +30,13 @@ const (
 	ResultHeld     = "held"     // another holder held it
 	ResultReleased = "released" // a holding ended by its release
 	ResultLost     = "lost"     // a holding ended by its loss
+	ResultTimeout  = "timeout"  // a blocking acquire timed out (lease.ErrTimeout)
+)
+
+// Values of KeyStatus (NameNamedLeaseHoldings).
+const (
+	StatusActive   = "active"    // a live holding, younger than the Monitor's StuckAfter
+	StatusLongHeld = "long-held" // a live holding held at least the Monitor's StuckAfter
 )
 
 // Compile-time checks: the observers are what the packages take.
@@ -41,6 +48,7 @@ var (
 	_ cleanup.HookStatsObserver = (*CleanupObserver)(nil)
 	_ lease.Observer            = (*CleanupObserver)(nil)
 	_ lease.Observer            = (*NamedLeaseObserver)(nil)
+	_ lease.MonitorObserver     = (*NamedLeaseObserver)(nil)
 	_ gap.Observer              = (*GapObserver)(nil)
 	_ WatermarkSource           = (*barrier.Barrier)(nil)
 )
@@ -304,6 +312,9 @@ type NamedLeaseObserver struct {
 	mu       sync.Mutex
 	holdings map[*holding]struct{} // the holdings in progress (Held)
 	kinds    map[string]struct{}   // every kind seen, so counts fall back to 0
+	checked  bool                  // a Monitor reported a check
+	active   int64                 // live holdings under StuckAfter, last check
+	stuck    int64                 // live holdings at or over StuckAfter, last check
 }
 
 // holding is a named-lease holding in progress.
@@ -341,18 +352,44 @@ func (o *NamedLeaseObserver) observe(obs metric.Observer) {
 			counts[h.kind]++
 		}
 	}
+	checked, active, stuck := o.checked, o.active, o.stuck
 	o.mu.Unlock()
 	for kind, n := range counts {
 		obs.ObserveInt64(o.m.nlLongHeld, n, o.m.opt(attrKey{shape: shapeKind, kind: kind}))
+	}
+	if checked {
+		obs.ObserveInt64(o.m.nlHoldings, active, o.m.opt(attrKey{shape: shapeStatus, a: StatusActive}))
+		obs.ObserveInt64(o.m.nlHoldings, stuck, o.m.opt(attrKey{shape: shapeStatus, a: StatusLongHeld}))
+	}
+}
+
+// Checked implements lease.MonitorObserver: the holdings the Monitor's last
+// check saw feed NameNamedLeaseHoldings (by status: active, long-held), and
+// the stuck ones the NamedLeaseLongHeld alert.
+func (o *NamedLeaseObserver) Checked(_ context.Context, r lease.MonitorResult) {
+	stuck := len(r.Stuck)
+	o.mu.Lock()
+	o.checked = true
+	o.active, o.stuck = int64(r.Active-stuck), int64(stuck)
+	o.mu.Unlock()
+	if o.m.alerts != nil {
+		o.m.alerts.NamedLeasesLongHeld(stuck)
 	}
 }
 
 // Acquire records one acquisition (a try, or a blocking acquire, once, with
 // its final error) in NameNamedLeaseAcquisitions: result acquired when err
-// is nil, held when it matches store.ErrHeld, error otherwise.
+// is nil, timeout when it matches lease.ErrTimeout (and the
+// NamedLeaseTimeouts alert), held when it matches store.ErrHeld, error
+// otherwise.
 func (o *NamedLeaseObserver) Acquire(ctx context.Context, kind string, err error) {
 	result := ResultAcquired
 	switch {
+	case errors.Is(err, lease.ErrTimeout):
+		result = ResultTimeout
+		if o.m.alerts != nil {
+			o.m.alerts.NamedLeaseTimeout()
+		}
 	case errors.Is(err, store.ErrHeld):
 		result = ResultHeld
 	case err != nil:
@@ -372,10 +409,13 @@ func (o *NamedLeaseObserver) Renew(ctx context.Context, kind string, err error) 
 }
 
 // Lost records a holding its holder lost (it expired, could no longer be
-// proven held, or was force-released) after held: NameNamedLeaseLosses and
-// NameNamedLeaseHoldDuration (result lost).
+// proven held, or was force-released) after held: NameNamedLeaseLosses,
+// NameNamedLeaseHoldDuration (result lost) and the NamedLeaseLosses alert.
 func (o *NamedLeaseObserver) Lost(ctx context.Context, kind string, held time.Duration) {
 	m := o.m
+	if m.alerts != nil {
+		m.alerts.NamedLeaseLost()
+	}
 	m.nlLosses.Add(ctx, 1, m.opt(attrKey{shape: shapeKind, kind: kind}))
 	m.nlHold.Record(ctx, held.Seconds(), m.opt(attrKey{shape: shapeKindResult, kind: kind, b: ResultLost}))
 }
