@@ -52,7 +52,10 @@
 //
 // KeepAlive (or Hold, or AcquireOpts.KeepAlive) renews at RenewShare (0.6) of
 // the TTL plus a random jitter (up to 1 s, at most a tenth of the TTL), on
-// monotonic timers. A failed renewal is retried with exponential backoff
+// monotonic timers. The share and the jitter are the lease's own
+// (AcquireOpts.RenewShare, MaxJitter; the Config's by default), so one
+// Manager serves leases of any cadence; RenewWith changes a lease's TTL,
+// and the loop reschedules by it. A failed renewal is retried with exponential backoff
 // until the local deadline; a refusal ends the lease at once. TryRenewNow
 // renews on demand. Renewals of a lease take turns, and every one (Renew,
 // TryRenewNow, the loop's) is bounded by its context, the local deadline
@@ -167,6 +170,17 @@
 // leases, so Stop releases it, or waits for that release. A renewal that
 // certainly did not run (refused, or not sent) releases nothing: the
 // holding then expires within the safety margin of the local deadline.
+//
+// # Stuck holdings
+//
+// A Monitor (Manager.NewMonitor) lists the live holdings every Interval
+// under its own internal/lifecycle Life, and reports those acquired more
+// than StuckAfter ago, renewals notwithstanding: a log line, a LongHeld
+// event through the Manager's relay, the counts to its MonitorObserver.
+// With ForceRelease it ends each one with a release fenced by its token, so
+// a holding that changed hands meanwhile is never touched; a lease of its
+// own Manager ends at once, another process's holder learns it at its next
+// renewal. A failed check backs off; Stop waits for the check in progress.
 //
 // Bad input fails with an error matching
 // ErrInvalidArgument and changes nothing. No PostgreSQL advisory locks are
