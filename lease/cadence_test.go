@@ -114,6 +114,7 @@ func TestRenewWithShorterTTLReschedulesTheKeepAlive(t *testing.T) {
 		defer m.Stop()
 		l, err := m.Hold(ctx, "x", &lease.AcquireOpts{TTL: time.Hour, RenewShare: 0.5})
 		require.NoError(t, err)
+		synctest.Wait() // the keep-alive waits for its first renewal, 30 min away
 		require.NoError(t, l.RenewWith(ctx, &lease.RenewOpts{TTL: 10 * time.Second}))
 		time.Sleep(time.Minute) // fake time: the old cadence would renew at 30 min
 		require.NoError(t, l.Err())
