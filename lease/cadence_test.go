@@ -69,7 +69,7 @@ func TestTwoCadencesShareForceReleaseAndListByOwner(t *testing.T) {
 		ls, err := m.ListByOwner(ctx, "alice")
 		require.NoError(t, err)
 		require.Len(t, ls, 2)
-		ended, err := m.ForceRelease(ctx, "alice")
+		ended, err := m.ForceRelease(ctx, "alice", nil)
 		require.NoError(t, err)
 		require.Len(t, ended, 2)
 		for _, l := range []*lease.Lease{fast, slow} {

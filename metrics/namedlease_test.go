@@ -52,7 +52,7 @@ func TestNamedLeaseMonitorGaugeAndAlerts(t *testing.T) {
 
 	young, err := alice.TryAcquire(ctx, "y", &lease.AcquireOpts{TTL: time.Hour, Kind: "job"})
 	require.NoError(t, err)
-	_, err = bob.ForceRelease(ctx, "bob") // its own Manager: the lease ends at once
+	_, err = bob.ForceRelease(ctx, "bob", nil) // its own Manager: the lease ends at once
 	require.NoError(t, err)
 	require.True(t, a.firing(metrics.AlertNamedLeaseLosses), "bob's lease was lost")
 
