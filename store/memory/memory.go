@@ -32,6 +32,7 @@ type Store struct {
 	hooks pendingHooks // pending hooks: hooks.go
 	inbox inbox        // inbox records: inbox.go
 	ckpt  checkpoints  // reader checkpoints: checkpoint.go
+	conf  settings     // the settings table: settings.go
 }
 
 // New returns an empty Store.

@@ -1113,6 +1113,10 @@ func (s *Store) WatchLeases(ctx context.Context, sink store.LeaseSink) error {
 			if w, ok := parseWaiter(rest); ok {
 				sink.Wanted(w)
 			}
+		case "g":
+			if ss, ok := sink.(store.SettingsSink); ok {
+				ss.SettingsChanged()
+			}
 		}
 	})
 	if err != nil {

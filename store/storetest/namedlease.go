@@ -139,7 +139,7 @@ type NamedLeaseStore interface {
 // (once for the whole bad-input table).
 func RunNamedLeases(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 	t.Helper()
-	runGroups(t, newStore, []group[NamedLeaseStore]{
+	groups := []group[NamedLeaseStore]{
 		{"Acquire", testNamedAcquire},
 		{"Renew", testNamedRenew},
 		{"Release", testNamedRelease},
@@ -156,7 +156,11 @@ func RunNamedLeases(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 		{"Status", testNamedStatus},
 		{"Reasons", testNamedReasons},
 		{"Waiters", testNamedWaiters},
-	})
+	}
+	if _, ok := newStore(t).(store.Settings); ok {
+		groups = append(groups, group[NamedLeaseStore]{"Settings", testSettings})
+	}
+	runGroups(t, newStore, groups)
 }
 
 // nlBundle is what a subtest of RunNamedLeases works with.
