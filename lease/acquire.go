@@ -50,7 +50,7 @@ type cadence struct {
 
 // cadenceOf returns the cadence opts ask for.
 func (m *Manager) cadenceOf(opts *AcquireOpts) cadence {
-	return cadence{share: cmp.Or(opts.RenewShare, m.cfg.RenewShare), jitter: cmp.Or(opts.MaxJitter, m.cfg.MaxJitter)}
+	return cadence{share: cmp.Or(opts.RenewShare, m.conf().RenewShare), jitter: cmp.Or(opts.MaxJitter, m.cfg.MaxJitter)}
 }
 
 // TTLPolicy chooses the TTL of an acquire: it is consulted before every
@@ -75,7 +75,7 @@ func (m *Manager) checkOpts(name string, opts *AcquireOpts) error {
 	if err := store.ValidateLeaseName(name); err != nil {
 		return err
 	}
-	if err := store.ValidateTTL(cmp.Or(opts.TTL, m.cfg.DefaultTTL), m.cfg.MaxTTL); err != nil {
+	if err := store.ValidateTTL(cmp.Or(opts.TTL, m.conf().DefaultTTL), m.cfg.MaxTTL); err != nil {
 		return err
 	}
 	if opts.MaxRenewals < -1 {
@@ -127,11 +127,11 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 		return nil, ErrStopped
 	}
 	defer m.gate.attempts.Done()
-	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.cfg.DefaultTTL))
+	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.conf().DefaultTTL))
 	if err != nil {
 		return nil, err
 	}
-	maxRenewals := m.cfg.MaxRenewals
+	maxRenewals := m.conf().MaxRenewals
 	switch {
 	case opts.MaxRenewals > 0:
 		maxRenewals = opts.MaxRenewals
@@ -250,6 +250,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 	if err := m.checkOpts(name, opts); err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", store.QuoteInput(name), err)
 	}
+	opts = m.withAcquireTimeout(opts)
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, opts.Timeout, errAcquireTimeout)
@@ -328,6 +329,7 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 			return nil, fmt.Errorf("lease: acquire all: %w: %s twice", store.ErrInvalidLeaseName, store.QuoteInput(name))
 		}
 	}
+	opts = m.withAcquireTimeout(opts)
 	if opts.Timeout > 0 && wait {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, opts.Timeout, errAcquireTimeout)

@@ -16,11 +16,10 @@ const maxBatch = 100
 // and releases share one wave, since a Manager's callers alternate between
 // them.
 type coalescer struct {
-	store     Store
-	noHistory bool
-	acquires  *batch.Batcher[store.AcquireLeaseRequest, store.AcquireLeaseResult]
-	releases  *batch.Batcher[store.LeaseHolding, error]
-	wave      *batch.Wave
+	store    Store
+	acquires *batch.Batcher[store.AcquireLeaseRequest, store.AcquireLeaseResult]
+	releases *batch.Batcher[store.LeaseHolding, error]
+	wave     *batch.Wave
 }
 
 // newCoalescer returns the coalescer of m's calls to s; the grants of
@@ -30,10 +29,10 @@ func newCoalescer(m *Manager) *coalescer {
 	ip, local := m.store.(store.InProcess)
 	local = local && ip.InProcess()
 	early, _ := m.store.(store.EarlyAcquirer)
-	c := &coalescer{store: m.store, noHistory: m.cfg.DisableHistory, wave: batch.NewWave()}
+	c := &coalescer{store: m.store, wave: batch.NewWave()}
 	c.acquires = batch.New(batch.Config[store.AcquireLeaseRequest, store.AcquireLeaseResult]{
 		Send: func(ctx context.Context, reqs []store.AcquireLeaseRequest, decided func()) []store.AcquireLeaseResult {
-			p := &store.LeaseBatchParams{NoHistory: c.noHistory}
+			p := &store.LeaseBatchParams{NoHistory: m.conf().DisableHistory}
 			if early != nil {
 				return early.AcquireLeasesEarly(ctx, reqs, p, decided)
 			}
@@ -49,7 +48,7 @@ func newCoalescer(m *Manager) *coalescer {
 	})
 	c.releases = batch.New(batch.Config[store.LeaseHolding, error]{
 		Send: func(ctx context.Context, reqs []store.LeaseHolding, _ func()) []error {
-			return c.store.ReleaseLeases(ctx, reqs, &store.LeaseBatchParams{NoHistory: c.noHistory})
+			return c.store.ReleaseLeases(ctx, reqs, &store.LeaseBatchParams{NoHistory: m.conf().DisableHistory})
 		},
 		MaxBatch: maxBatch,
 		Timeout:  m.cfg.QueryTimeout,
@@ -98,7 +97,7 @@ func (m *Manager) releaseOrphans(ctx context.Context, _ []store.AcquireLeaseRequ
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.ReleaseTimeout)
 	defer cancel()
-	for i, err := range m.store.ReleaseLeases(rctx, hs, &store.LeaseBatchParams{NoHistory: m.cfg.DisableHistory}) {
+	for i, err := range m.store.ReleaseLeases(rctx, hs, &store.LeaseBatchParams{NoHistory: m.conf().DisableHistory}) {
 		if err != nil {
 			m.cfg.Logger.Warn("lease: release of an abandoned acquire failed; it will expire", slog.String("name", hs[i].Name), slog.Any("error", err))
 		}

@@ -82,3 +82,14 @@ func InFlight(m *Manager) (acquires, releases int) {
 // lease ends if its local deadline passed by the Manager's clock
 // (Config.Now), and is left alone otherwise.
 func FireDeadline(l *Lease) { l.onDeadline() }
+
+// OnSettings makes m call f whenever it re-read the settings table after a
+// notice or a reset. Set it before Start.
+func OnSettings(m *Manager, f func()) { m.testHooks.settings = f }
+
+// InForce returns the configuration m applies now: its Config with the
+// settings table's values, and whether the maintenance loop marks expiry.
+func InForce(m *Manager) (Config, bool) {
+	t := m.tuned.Load()
+	return t.cfg, !t.noExpiry
+}

@@ -362,7 +362,7 @@ func (l *Lease) renew(ctx context.Context, newTTL time.Duration) error {
 		return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), cmp.Or(l.Err(), rctx.Err()))
 	}
 	start := l.m.cfg.Now()
-	g, serr := l.m.store.RenewLease(rctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.cfg.DisableHistory})
+	g, serr := l.m.store.RenewLease(rctx, l.name, l.owner, l.fence, &store.RenewLeaseParams{TTL: ttl, NoHistory: l.m.conf().DisableHistory})
 	if obs := l.m.cfg.Observer; obs != nil {
 		obs.Renew(ctx, l.kind, serr)
 	}

@@ -118,7 +118,11 @@ type Config struct {
 	// store.MaxNameLen bytes of text. Default: "<hostname>:<pid>:<6 random
 	// hex digits>", different for every Manager.
 	Owner string
-	// DefaultTTL is the lease duration when AcquireOpts names none.
+	// DefaultTTL is the lease duration when AcquireOpts names none. The
+	// settings table may set it (lease.default_ttl), as it may
+	// RenewShare, MaxRenewals, AcquireTimeout, CleanupInterval,
+	// HistoryRetention and DisableHistory: a field set here wins over the
+	// table, the table over the default (see NoSettings).
 	// Default: the smaller of DefaultTTL (30 s) and MaxTTL.
 	DefaultTTL time.Duration
 	// MaxTTL is the longest lease a call (or the TTLPolicy) may ask for,
@@ -165,6 +169,15 @@ type Config struct {
 	// DisableHistory stops this Manager from recording the audit history
 	// of its leases. Default: false, record it.
 	DisableHistory bool
+	// AcquireTimeout is the Timeout of a blocking acquire whose
+	// AcquireOpts set none (lease.acquire_timeout). Not negative.
+	// Default: 0, wait until the context ends.
+	AcquireTimeout time.Duration
+	// NoSettings stops this Manager from reading the settings table of
+	// its store (store.Settings): without it, Start reads the table and
+	// the Manager follows its changes, for the fields this Config leaves
+	// zero. Default: false, follow the table.
+	NoSettings bool
 	// TTLPolicy, if set, chooses the TTL of every acquire (see TTLPolicy).
 	// Default: none, the TTL asked for.
 	TTLPolicy TTLPolicy
@@ -230,6 +243,13 @@ type Manager struct {
 
 	listPage  int // holdings per ListLeases statement: store.MaxListLimit
 	testHooks testHooks
+
+	// The settings table (settings.go): the Config as given, the values
+	// in force, and the signals of a change to them and of a re-read due.
+	given        Config
+	tuned        atomic.Pointer[tuning]
+	retuned      chan struct{}
+	settingsWake chan struct{}
 }
 
 // testHooks are signals for the package's tests; nil outside them.
@@ -245,6 +265,7 @@ type testHooks struct {
 	late       func(name string, fence int64)            // an attempt outlasted its lease's local deadline: released
 	renewWaits func(name string)                         // a renewal of name waits for the one in progress
 	cleanup    func(name string, fence int64)            // a holding whose lease is over is released (releaseAfterEnd)
+	settings   func()                                    // the settings table was re-read after a notice
 }
 
 // New returns a Manager on s. It returns an error naming the field when cfg
@@ -300,6 +321,8 @@ func New(s Store, cfg *Config) (*Manager, error) {
 		return nil, fmt.Errorf("lease: Config.QueryTimeout %v must not be negative: %w", cfg.QueryTimeout, store.ErrInvalidArgument)
 	case m.cfg.ReleaseTimeout < 0:
 		return nil, fmt.Errorf("lease: Config.ReleaseTimeout %v must not be negative: %w", cfg.ReleaseTimeout, store.ErrInvalidArgument)
+	case m.cfg.AcquireTimeout < 0:
+		return nil, fmt.Errorf("lease: Config.AcquireTimeout %v must not be negative: %w", cfg.AcquireTimeout, store.ErrInvalidArgument)
 	}
 	if m.cfg.Owner == "" {
 		host, _ := os.Hostname()
@@ -318,6 +341,7 @@ func New(s Store, cfg *Config) (*Manager, error) {
 	}
 	m.queues = newQueues(m)
 	m.calls = newCoalescer(m)
+	m.initTuning(cfg)
 	return m, nil
 }
 

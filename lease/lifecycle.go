@@ -76,7 +76,11 @@ func (g *gate) done() <-chan struct{} { return g.ctx.Done() }
 // goroutines run until Stop or until ctx ends. Start after Stop fails with
 // ErrStopped; a second Start does nothing.
 func (m *Manager) Start(ctx context.Context) error {
-	return m.services.Start(ctx, func(context.Context) error {
+	return m.services.Start(ctx, func(ctx context.Context) error {
+		m.applySettings(ctx)
+		if _, ok := m.settingsStore(); ok {
+			m.services.Go(m.followSettings)
+		}
 		m.watching.Store(true)
 		if !m.services.Go(m.watch) {
 			m.watching.Store(false)
@@ -181,6 +185,7 @@ func (s sink) Reset() {
 		defer s.m.testHooks.reset()
 	}
 	s.m.queues.wakeHeads(true)
+	s.m.wakeSettings()
 	for _, l := range s.m.holdings.latest() {
 		l.renewNow()
 	}

@@ -26,7 +26,7 @@ type MaintenanceResult struct {
 func (m *Manager) maintain(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = time.Second
-	bo.MaxInterval = max(m.cfg.CleanupInterval, time.Second)
+	bo.MaxInterval = max(m.conf().CleanupInterval, time.Second)
 	bo.MaxElapsedTime = 0
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -35,9 +35,11 @@ func (m *Manager) maintain(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-m.retuned: // the settings changed: a pass now, then the new pace
 		}
-		pause := m.cfg.CleanupInterval - m.cfg.CleanupInterval/10 + rand.N(m.cfg.CleanupInterval/5+1)
-		res, err := m.Maintain(ctx)
+		every := m.conf().CleanupInterval
+		pause := every - every/10 + rand.N(every/5+1)
+		res, err := m.maintainPass(ctx, !m.tuned.Load().noExpiry)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
@@ -61,10 +63,16 @@ func (m *Manager) maintain(ctx context.Context) {
 // every Config.CleanupInterval; it is idempotent, so every process may run
 // it.
 func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
+	return m.maintainPass(ctx, true)
+}
+
+// maintainPass is Maintain; without expire (the setting lease.auto_expiry
+// is false) it only trims the history.
+func (m *Manager) maintainPass(ctx context.Context, expire bool) (MaintenanceResult, error) {
 	var res MaintenanceResult
-	for {
+	for expire {
 		qctx, cancel := m.queryContext(ctx)
-		n, err := m.store.CleanupExpiredLeases(qctx, &store.CleanupLeasesParams{Limit: maintenanceBatch, NoHistory: m.cfg.DisableHistory})
+		n, err := m.store.CleanupExpiredLeases(qctx, &store.CleanupLeasesParams{Limit: maintenanceBatch, NoHistory: m.conf().DisableHistory})
 		cancel()
 		if err != nil {
 			return res, err
@@ -74,7 +82,8 @@ func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
 			break
 		}
 	}
-	if m.cfg.HistoryRetention < 0 {
+	retention := m.conf().HistoryRetention
+	if retention < 0 {
 		return res, nil
 	}
 	qctx, cancel := m.queryContext(ctx)
@@ -83,7 +92,7 @@ func (m *Manager) Maintain(ctx context.Context) (MaintenanceResult, error) {
 	if err != nil {
 		return res, err
 	}
-	before := now.Add(-m.cfg.HistoryRetention)
+	before := now.Add(-retention)
 	for {
 		qctx, cancel := m.queryContext(ctx)
 		n, err := m.store.TrimLeaseHistory(qctx, before, maintenanceBatch)

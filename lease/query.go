@@ -129,7 +129,7 @@ func (m *Manager) ForceRelease(ctx context.Context, owner string, p *ForceReleas
 	if p == nil {
 		p = &ForceReleaseParams{}
 	}
-	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.cfg.DisableHistory, Actor: p.Actor, Reason: p.Reason})
+	ls, err := m.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{NoHistory: m.conf().DisableHistory, Actor: p.Actor, Reason: p.Reason})
 	if err != nil {
 		return nil, fmt.Errorf("lease: force release %s: %w", store.QuoteInput(owner), err)
 	}
