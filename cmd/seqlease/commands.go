@@ -47,6 +47,7 @@ func init() {
 		{"readers", "[-reader R] [-stream S]", "every reader's checkpoint with its lag", helpReaders, (*cli).readers},
 		{"delete-checkpoint", "-reader R -stream S", "remove a reader's checkpoint", helpDeleteCheckpoint, (*cli).deleteCheckpoint},
 		{"serve", "[-addr HOST:PORT] [-refresh D]", "the read-only web interface: streams, gaps, leases, readers, live", helpServe, (*cli).serve},
+		{"config", "get [KEY] | set KEY VALUE [-by WHO] | unset KEY", "read and change the settings table: defaults the whole fleet follows", helpConfig, (*cli).config},
 		{"version", "", "the binary's module version, and the schema's migration version", helpVersion, (*cli).version},
 	}
 }
@@ -107,6 +108,34 @@ func printCommandUsage(w io.Writer, cmd command, fs *flag.FlagSet) {
 }
 
 func globalFlag(name string) bool { return name == "dsn" || name == "schema" || name == "json" }
+
+const helpConfig = `
+Reads and changes the settings table of -schema: the defaults of named
+leases that every process on the schema follows, read at its Start and
+again on every change, without a redeploy.
+
+  config get          every known setting, set or not
+  config get KEY      one setting
+  config set KEY VAL  set it (-by WHO is kept with it); every process
+                      applies it within a moment
+  config unset KEY    remove it: the processes fall back to their Go
+                      Config or the library default
+
+A field a process sets in its Go Config (lease.Config) wins over the
+table; the table wins over the library default. A value is checked before
+anything is written, with the error the Go Config gives its field: an
+unknown key, a value of the wrong type or out of range changes nothing.
+Durations are Go durations (30s, 1m30s), switches true or false. Keys:
+
+  lease.default_ttl        duration  Config.DefaultTTL
+  lease.renew_share        (0, 1)    Config.RenewShare
+  lease.max_renewals       int >= 0  Config.MaxRenewals (0: no limit)
+  lease.acquire_timeout    duration  Config.AcquireTimeout
+  lease.cleanup_interval   duration  Config.CleanupInterval
+  lease.history_retention  duration  Config.HistoryRetention (negative: forever)
+  lease.history            bool      false: Config.DisableHistory
+  lease.auto_expiry        bool      false: the maintenance loop stops
+                                     marking expired holdings`
 
 const helpMigrate = `
 Applies (up), rolls back (down, -steps migrations) or lists (status) the

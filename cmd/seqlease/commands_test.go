@@ -176,6 +176,9 @@ func TestJSONSnakeCase(t *testing.T) {
 		{"trim", []string{"trim", "orders", "2"}},
 		{"force-release", []string{"force-release", "agent-2"}},
 		{"delete-checkpoint", []string{"delete-checkpoint", "-reader", "relay", "-stream", "orders"}},
+		{"config", []string{"config", "set", "lease.max_renewals", "5", "-by", "ops"}},
+		{"config", []string{"config", "get"}},
+		{"config", []string{"config", "unset", "lease.max_renewals"}},
 	}
 	var covered []string
 	for _, c := range cases {

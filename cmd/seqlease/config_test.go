@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/internal/pgtest"
+	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/store/postgres"
+)
+
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+
+	code, out, errOut := seqlease(t, "-schema", schema, "-json", "config", "get")
+	require.Equal(t, 0, code, errOut)
+	var rows []settingRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, len(store.SettingKeys()), "every known key, set or not")
+	for _, r := range rows {
+		require.False(t, r.Set, r.Key)
+	}
+
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "config", "set", "lease.default_ttl", "90s", "-by", "alice")
+	require.Equal(t, 0, code, errOut)
+	var one settingRow
+	require.NoError(t, json.Unmarshal([]byte(out), &one))
+	require.Equal(t, "lease.default_ttl", one.Key)
+	require.Equal(t, "1m30s", one.Value, "kept in canonical form")
+	require.Equal(t, "alice", one.UpdatedBy)
+	require.Contains(t, out, `"updated_at"`, "snake_case JSON")
+	code, out, errOut = seqlease(t, "-schema", schema, "config", "set", "lease.history_retention", "--", "-1s")
+	require.Equal(t, 0, code, errOut)
+
+	code, out, errOut = seqlease(t, "-schema", schema, "config", "get", "lease.default_ttl")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `lease\.default_ttl\s+duration\s+1m30s\s+\S+\s+alice`, out)
+
+	before, err := s.ListSettings(t.Context())
+	require.NoError(t, err)
+	require.Len(t, before, 2)
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"config", "set", "lease.ttl", "30s"}, `unknown setting: "lease.ttl"`},
+		{[]string{"config", "set", "lease.renew_share", "1.5"}, "Config.RenewShare 1.5 must be in (0, 1)"},
+		{[]string{"config", "set", "lease.max_renewals", "--", "-2"}, "Config.MaxRenewals -2 must not be negative"},
+		{[]string{"config", "set", "lease.default_ttl", "30"}, "is not a duration"},
+		{[]string{"config", "set", "lease.history", "on"}, `"true" or "false"`},
+		{[]string{"config", "set", "lease.history", "true", "-by", "a\x07b"}, "-by"},
+		{[]string{"config", "set", "lease.history"}, "wrong number of arguments"},
+		{[]string{"config", "get", "nope"}, "unknown setting"},
+		{[]string{"config", "unset", "lease.history", "-by", "x"}, "-by is for set"},
+		{[]string{"config", "frob"}, `unknown action "frob"`},
+	} {
+		code, _, errOut := seqlease(t, append([]string{"-schema", schema}, c.args...)...)
+		require.Equal(t, 2, code, "%v: %s", c.args, errOut)
+		require.Contains(t, errOut, c.msg, "%v", c.args)
+	}
+	after, err := s.ListSettings(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, before, after, "refused commands changed nothing")
+
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "config", "unset", "lease.default_ttl")
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &one))
+	require.False(t, one.Set)
+	after, err = s.ListSettings(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, before[1:], after)
+
+	code, out, _ = seqlease(t, "config", "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "Go Config")
+	require.Contains(t, out, "lease.auto_expiry")
+}
