@@ -182,6 +182,20 @@
 // own Manager ends at once, another process's holder learns it at its next
 // renewal. A failed check backs off; Stop waits for the check in progress.
 //
+// # Configuration at run time
+//
+// On a store that keeps the settings table (store.Settings), Start reads
+// it before it returns, and the Manager re-reads it whenever the watch
+// reports a change (store.SettingsSink) or a reset (settings.go). The
+// values in force live behind one atomic pointer (conf), read where a
+// default is taken: an acquire's TTL, renewals and timeout, the keep-alive's
+// share (taken at acquire), the history switch, the maintenance loop's pace. For each field,
+// a non-zero Config value wins, else the table's, else the default. A
+// table value is checked with New's own checks against this Manager's
+// Config; one it refuses is logged and the value in force kept. Holdings
+// already granted keep their TTL and MaxRenewals; a change applies to the
+// acquires and renewals after it.
+//
 // Bad input fails with an error matching
 // ErrInvalidArgument and changes nothing. No PostgreSQL advisory locks are
 // used: they do not survive transaction-mode poolers.

@@ -364,7 +364,11 @@
 // whose transaction commits without waiting for a WAL flush. Names and
 // owners hold no control characters, so the tabs are unambiguous; the
 // listeners of resolutions ignore both kinds by their first field.
-// docs/internals/leases.md tells how package lease uses them.
+// docs/internals/leases.md tells how package lease uses them. A change to
+// the settings table (settings.go, migration 000008: the defaults a fleet
+// shares, store.Settings) sends "g<TAB>key" from the same statement; the
+// lease watch tells a sink that is a store.SettingsSink, which re-reads
+// the table.
 //
 // # Rows before the commit
 //
