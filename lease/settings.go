@@ -87,8 +87,8 @@ func ValidateSetting(key, value string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if t, _ := store.SettingTypeOf(key); (t == store.SettingDuration && v == "0s") || (t == store.SettingShare && v == "0") {
-		return "", fmt.Errorf("%w: %s = %s: zero means the default; delete the setting instead", store.ErrInvalidSetting, key, store.QuoteInput(value))
+	if err := checkSetting(key, v); err != nil {
+		return "", err
 	}
 	t := tuning{}
 	settingFields[key].apply(&t, v)
@@ -96,6 +96,20 @@ func ValidateSetting(key, value string) (string, error) {
 		return "", err
 	}
 	return v, nil
+}
+
+// checkSetting refuses what the table may not hold though a Config may: a
+// zero (in Go, "the default": delete the setting instead), and a negative
+// cleanup interval (lease.auto_expiry turns the loop off). v is canonical.
+func checkSetting(key, v string) error {
+	t, _ := store.SettingTypeOf(key)
+	switch {
+	case (t == store.SettingDuration && v == "0s") || (t == store.SettingShare && v == "0"):
+		return fmt.Errorf("%w: %s = %s: zero means the default; delete the setting instead", store.ErrInvalidSetting, key, v)
+	case key == store.SettingLeaseCleanupInterval && v[0] == '-':
+		return fmt.Errorf("%w: %s = %s must be positive (lease.auto_expiry false stops the expiry)", store.ErrInvalidSetting, key, v)
+	}
+	return nil
 }
 
 // SetSetting validates a setting (ValidateSetting) and writes it to the
@@ -155,6 +169,9 @@ func (m *Manager) applySettings(ctx context.Context) {
 			continue
 		}
 		v, err := store.NormalizeSetting(r.Key, r.Value)
+		if err == nil {
+			err = checkSetting(r.Key, v)
+		}
 		if err == nil {
 			try := *next
 			f.apply(&try, v)

@@ -109,6 +109,7 @@ func TestSettingsBadInputChangesNothing(t *testing.T) {
 			{store.SettingLeaseDefaultTTL, "-5s", store.ErrInvalidArgument, "Config.DefaultTTL"},
 			{store.SettingLeaseAcquireTimeout, "-1s", store.ErrInvalidArgument, "Config.AcquireTimeout"},
 			{store.SettingLeaseDefaultTTL, "0s", store.ErrInvalidSetting, "delete the setting"},
+			{store.SettingLeaseCleanupInterval, "-1m", store.ErrInvalidSetting, "must be positive"},
 			{store.SettingLeaseHistory, "yes please", store.ErrInvalidSetting, "lease.history"},
 			{"lease.ttl", "30s", store.ErrUnknownSetting, `"lease.ttl"`},
 		} {
@@ -157,12 +158,15 @@ func TestSettingsABadValueInTheTableKeepsTheValueInForce(t *testing.T) {
 		require.NoError(t, err)
 		_, err = tbl.SetSetting(t.Context(), store.SettingLeaseRenewShare, "1.5", nil)
 		require.NoError(t, err)
+		_, err = tbl.SetSetting(t.Context(), store.SettingLeaseCleanupInterval, "-1s", nil)
+		require.NoError(t, err)
 		_, err = lease.SetSetting(t.Context(), tbl, store.SettingLeaseMaxRenewals, "3", "")
 		require.NoError(t, err)
 		awaitInForce(t, m, reread, "the good value applied", func(c lease.Config, _ bool) bool { return c.MaxRenewals == 3 })
 		c, _ := lease.InForce(m)
 		require.Equal(t, 20*time.Second, c.DefaultTTL, "a refused value keeps the one in force")
 		require.Equal(t, lease.DefaultRenewShare, c.RenewShare)
+		require.Equal(t, lease.DefaultCleanupInterval, c.CleanupInterval, "the maintenance loop keeps its pace")
 		require.Contains(t, logs.String(), "lease.default_ttl")
 		require.Contains(t, logs.String(), "lease.renew_share")
 	})
