@@ -321,6 +321,10 @@ type LeaseWaiter struct {
 // Withdrawn reports whether w withdraws its owner's announcement.
 func (w LeaseWaiter) Withdrawn() bool { return w.Since.IsZero() }
 
+// Status returns LeaseStatusPending: a listed waiter waits for its name.
+// It lets operators' views show holdings and waiters in one column.
+func (w LeaseWaiter) Status() LeaseStatus { return LeaseStatusPending }
+
 // ValidateLeaseWaiter checks an announcement.
 func ValidateLeaseWaiter(w LeaseWaiter) error {
 	if err := ValidateLeaseName(w.Name); err != nil {

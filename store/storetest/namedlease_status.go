@@ -159,6 +159,7 @@ func testNamedWaiters(t *testing.T, newStore func(t *testing.T) NamedLeaseStore)
 			ws, err := b.s.ListLeaseWaiters(b.ctx, p)
 			require.NoError(t, err)
 			for i := range ws {
+				require.Equal(t, store.LeaseStatusPending, ws[i].Status(), "a listed waiter is pending")
 				ws[i].Since = normTime(ws[i].Since)
 			}
 			return ws
