@@ -750,58 +750,6 @@ func (c *cli) audit(ctx context.Context, args []string) error {
 	return nil
 }
 
-// leaseRow is one line of `leases`.
-type leaseRow struct {
-	Name       string    `json:"name"`
-	Owner      string    `json:"owner"`
-	Fence      int64     `json:"fence"`
-	AcquiredAt time.Time `json:"acquired_at"`
-	ExpiresAt  time.Time `json:"expires_at"`
-	Renewals   int       `json:"renewals"`
-}
-
-func (c *cli) leases(ctx context.Context, args []string) error {
-	fs := c.flags("leases")
-	owner := fs.String("owner", "", "only this owner's leases")
-	heldFor := fs.Duration("held-for", 0, "only leases held at least this long (long-held leases)")
-	if _, err := c.positional(fs, args, 0, 0); err != nil {
-		return err
-	}
-	if *heldFor < 0 {
-		return usagef("leases: -held-for must not be negative")
-	}
-	if *owner != "" {
-		if err := store.ValidateLeaseOwner(*owner); err != nil {
-			return usagef("leases: -owner: %v", err)
-		}
-	}
-	if err := c.connect(ctx); err != nil {
-		return err
-	}
-	now, err := c.store.Now(ctx)
-	if err != nil {
-		return c.explain(err, "")
-	}
-	var out []leaseRow
-	var rows [][]string
-	for after := ""; ; {
-		ls, err := c.store.ListLeases(ctx, &store.ListLeasesParams{Owner: *owner, HeldFor: *heldFor, AfterName: after, Limit: store.MaxListLimit})
-		if err != nil {
-			return c.explain(err, "")
-		}
-		for _, l := range ls {
-			out = append(out, leaseRow{l.Name, l.Owner, l.Fence, l.AcquiredAt, l.ExpiresAt, l.Renewals})
-			rows = append(rows, []string{l.Name, l.Owner, fmt.Sprint(l.Fence), now.Sub(l.AcquiredAt).Round(time.Millisecond).String(),
-				l.ExpiresAt.Sub(now).Round(time.Millisecond).String(), fmt.Sprint(l.Renewals)})
-		}
-		if len(ls) < store.MaxListLimit {
-			break
-		}
-		after = ls[len(ls)-1].Name
-	}
-	return c.emit(out, []string{"NAME", "OWNER", "FENCE", "HELD FOR", "EXPIRES IN", "RENEWALS"}, rows)
-}
-
 // hooksRow is the hooks command's JSON.
 type hooksRow struct {
 	Pending  int64      `json:"pending"`
@@ -832,34 +780,6 @@ func (c *cli) hooks(ctx context.Context, args []string) error {
 		oldest = now.Sub(st.OldestAt).Round(time.Millisecond).String()
 	}
 	return c.emit(row, []string{"PENDING", "FAILING", "OLDEST"}, [][]string{{fmt.Sprint(st.Pending), fmt.Sprint(st.Failing), oldest}})
-}
-
-func (c *cli) forceRelease(ctx context.Context, args []string) error {
-	fs := c.flags("force-release")
-	pos, err := c.positional(fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
-	if err := store.ValidateLeaseOwner(pos[0]); err != nil {
-		return usagef("force-release: OWNER: %v", err)
-	}
-	if err := c.connect(ctx); err != nil {
-		return err
-	}
-	ended, err := c.store.ForceReleaseLeases(ctx, pos[0], nil)
-	if err != nil {
-		return c.explain(err, "")
-	}
-	out := make([]leaseRow, len(ended))
-	rows := make([][]string, len(ended))
-	for i, l := range ended {
-		out[i] = leaseRow{l.Name, l.Owner, l.Fence, l.AcquiredAt, l.ExpiresAt, l.Renewals}
-		rows[i] = []string{l.Name, fmt.Sprint(l.Fence), "force-released"}
-	}
-	if len(rows) == 0 {
-		rows = [][]string{{"-", "-", "no live lease held by " + pos[0]}}
-	}
-	return c.emit(out, []string{"NAME", "FENCE", "RESULT"}, rows)
 }
 
 func (c *cli) inbox(ctx context.Context, args []string) error {

@@ -166,7 +166,9 @@ func TestAuditFindsDamage(t *testing.T) {
 	require.Contains(t, errOut, "1 violations")
 }
 
-// TestNamedLeases lists named leases and force-releases a crashed agent's.
+// TestNamedLeases lists named leases with their status and time remaining,
+// an expired holding not yet marked only with -expired, and force-releases
+// a crashed agent's, recording who and why in the history.
 func TestNamedLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -178,29 +180,162 @@ func TestNamedLeases(t *testing.T) {
 		_, err := s.AcquireLease(ctx, l.name, l.owner, &store.AcquireLeaseParams{TTL: time.Hour})
 		require.NoError(t, err)
 	}
+	// stale: agent-3's holding ran out; no maintenance has marked it.
+	_, err = s.AcquireLease(ctx, "stale", "agent-3", &store.AcquireLeaseParams{TTL: time.Microsecond})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		l, err := s.GetLease(ctx, "stale", nil)
+		return err == nil && !l.Held()
+	}, 10*time.Second, time.Millisecond)
+
 	code, out, _ := seqlease(t, "-schema", schema, "leases")
 	require.Equal(t, 0, code)
-	require.Regexp(t, `cursor/a\s+agent-1\s+1\s`, out)
-	require.Regexp(t, `cursor/b\s+agent-2\s+1\s`, out)
-	require.Regexp(t, `leader\s+agent-1\s+1\s`, out)
+	require.Regexp(t, `NAME\s+OWNER\s+FENCE\s+STATUS\s+HELD FOR\s+REMAINING\s+RENEWALS\n`, out)
+	require.Regexp(t, `cursor/a\s+agent-1\s+1\s+active\s+\S+\s+59m\S+\s+0\n`, out)
+	require.Regexp(t, `cursor/b\s+agent-2\s+1\s+active\s`, out)
+	require.Regexp(t, `leader\s+agent-1\s+1\s+active\s`, out)
+	require.NotContains(t, out, "stale", "an expired holding is not live")
+	code, out, _ = seqlease(t, "-schema", schema, "leases", "-expired")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `stale\s+agent-3\s+1\s+expired\s+\S+\s+-\s+0\n`, out)
+	require.Regexp(t, `leader\s+agent-1\s+1\s+active\s`, out)
 
 	code, out, _ = seqlease(t, "-schema", schema, "-json", "leases", "-owner", "agent-1")
 	require.Equal(t, 0, code)
 	var rows []leaseRow
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	require.Len(t, rows, 2)
-
-	code, out, _ = seqlease(t, "-schema", schema, "force-release", "agent-1")
+	for _, r := range rows {
+		require.Equal(t, "active", r.Status)
+		require.Greater(t, r.Remaining, 59*time.Minute)
+		require.LessOrEqual(t, r.Remaining, time.Hour)
+	}
+	code, out, _ = seqlease(t, "-schema", schema, "-json", "leases", "-expired", "-owner", "agent-3")
 	require.Equal(t, 0, code)
-	require.Contains(t, out, "force-released")
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 1)
+	require.Equal(t, "expired", rows[0].Status)
+	require.Zero(t, rows[0].Remaining)
+
+	code, out, _ = seqlease(t, "-schema", schema, "force-release", "agent-1", "-by", "alice", "-reason", "agent-1 crashed: host lost")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `NAME\s+FENCE\s+RESULT\s+BY\s+REASON\n`, out)
+	require.Regexp(t, `leader\s+1\s+force-released\s+alice\s+agent-1 crashed: host lost\n`, out)
+	evs, err := s.LeaseHistory(ctx, "leader", nil)
+	require.NoError(t, err)
+	last := evs[len(evs)-1]
+	require.Equal(t, store.LeaseForceReleased, last.Kind)
+	require.Equal(t, store.LeaseReasonForceReleased, last.Reason)
+	require.Equal(t, "alice", last.Actor)
+	require.Equal(t, "agent-1 crashed: host lost", last.Comment)
+	code, out, _ = seqlease(t, "-schema", schema, "lease-history", "leader")
+	require.Equal(t, 0, code)
+	require.Regexp(t, `force-released\s+force-released\s+agent-1\s+1\s+\S+\s+alice\s+agent-1 crashed: host lost\n`, out)
+
 	code, out, _ = seqlease(t, "-schema", schema, "-json", "leases")
 	require.Equal(t, 0, code)
 	require.NoError(t, json.Unmarshal([]byte(out), &rows))
 	require.Len(t, rows, 1)
 	require.Equal(t, "agent-2", rows[0].Owner)
+	code, out, _ = seqlease(t, "-schema", schema, "-json", "force-release", "agent-2", "-by", "bob")
+	require.Equal(t, 0, code)
+	var forced []forcedRow
+	require.NoError(t, json.Unmarshal([]byte(out), &forced))
+	require.Len(t, forced, 1)
+	require.Equal(t, "cursor/b", forced[0].Name)
+	require.Equal(t, "bob", forced[0].By)
+	require.Equal(t, "force-released", forced[0].Status)
 	code, out, _ = seqlease(t, "-schema", schema, "force-release", "agent-1")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "no live lease held by agent-1")
+}
+
+// TestForceReleaseRefusesBadInput refuses a bad -by or -reason, naming the
+// flag, with exit code 2, and releases nothing.
+func TestForceReleaseRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = s.AcquireLease(ctx, "leader", "agent-1", &store.AcquireLeaseParams{TTL: time.Hour})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a reason without -by", []string{"-reason", "crashed"}, "-by WHO is required with -reason"},
+		{"a control character in -by", []string{"-by", "al\x1bice"}, "force-release: -by: "},
+		{"a newline in -reason", []string{"-by", "alice", "-reason", "a\nb"}, "force-release: -reason: "},
+		{"a -by too long", []string{"-by", strings.Repeat("a", store.MaxNameLen+1)}, "force-release: -by: "},
+		{"a -reason too long", []string{"-by", "alice", "-reason", strings.Repeat("r", store.MaxTextLen+1)}, "force-release: -reason: "},
+		{"invalid UTF-8 in -reason", []string{"-by", "alice", "-reason", "\xff"}, "force-release: -reason: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := seqlease(t, append([]string{"-schema", schema, "force-release", "agent-1"}, c.args...)...)
+			require.Equal(t, 2, code, errOut)
+			require.Empty(t, out)
+			require.Contains(t, errOut, c.want)
+			require.Contains(t, errOut, "usage: seqlease [-dsn URL] [-schema NAME] [-json] force-release OWNER")
+			l, err := s.GetLease(ctx, "leader", nil)
+			require.NoError(t, err)
+			require.True(t, l.Held(), "nothing released")
+		})
+	}
+	evs, err := s.LeaseHistory(ctx, "leader", nil)
+	require.NoError(t, err)
+	require.Len(t, evs, 1, "nothing recorded: only the acquire")
+}
+
+// TestLeaseWaiters lists the waiters announced by blocked acquires, of one
+// name or of all, pending since when they asked.
+func TestLeaseWaiters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	l, err := s.AcquireLease(ctx, "leader", "agent-1", &store.AcquireLeaseParams{TTL: time.Hour})
+	require.NoError(t, err)
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
+	since := now.Add(-2 * time.Second)
+	for _, w := range []store.LeaseWaiter{
+		{Name: "leader", Waiter: "agent-2", Since: since, Fence: l.Fence},
+		{Name: "leader", Waiter: "agent-3", Since: since.Add(time.Second), Fence: l.Fence},
+		{Name: "cursor", Waiter: "agent-4", Since: since},
+	} {
+		require.NoError(t, s.AnnounceLeaseWaiter(ctx, w))
+	}
+
+	code, out, errOut := seqlease(t, "-schema", schema, "lease-waiters", "leader")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `NAME\s+WAITER\s+STATUS\s+SINCE\s+WAITING\s+FENCE SEEN\n`+
+		`leader\s+agent-2\s+pending\s+\S+\s+\S+\s+1\n`+
+		`leader\s+agent-3\s+pending\s+\S+\s+\S+\s+1\n$`, out)
+
+	code, out, errOut = seqlease(t, "-schema", schema, "-json", "lease-waiters", "-limit", "2")
+	require.Equal(t, 0, code, errOut)
+	var rows []waiterRow
+	require.NoError(t, json.Unmarshal([]byte(out), &rows))
+	require.Len(t, rows, 2)
+	require.Equal(t, "cursor", rows[0].Name, "by name, then by the time they asked")
+	require.Equal(t, "agent-4", rows[0].Waiter)
+	require.Equal(t, "pending", rows[0].Status)
+	require.WithinDuration(t, since, rows[0].Since, time.Millisecond)
+	require.GreaterOrEqual(t, rows[0].Waiting, 2*time.Second)
+	require.Equal(t, "agent-2", rows[1].Waiter)
+	require.Contains(t, errOut, "more than 2 waiters")
+
+	// agent-2 gives up: it withdraws.
+	require.NoError(t, s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: "leader", Waiter: "agent-2"}))
+	code, out, _ = seqlease(t, "-schema", schema, "lease-waiters", "leader")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "agent-2")
+	require.Contains(t, out, "agent-3")
 }
 
 // TestInbox counts inbox records and purges the old ones, per consumer
@@ -270,6 +405,10 @@ func TestErrors(t *testing.T) {
 		{"unknown migrate action, checked before connecting", []string{"-dsn", "postgres://nobody@127.0.0.1:1/x", "migrate", "sideways"}, 2, `unknown action "sideways"`},
 		{"force-release without owner", []string{"-schema", schema, "force-release"}, 2, "force-release needs OWNER"},
 		{"force-release with a bad owner", []string{"-schema", schema, "force-release", "a\nb"}, 2, "OWNER"},
+		{"force-release with a reason and no -by", []string{"-schema", schema, "force-release", "x", "-reason", "r"}, 2, "-by WHO is required with -reason"},
+		{"lease-waiters with a bad name", []string{"-schema", schema, "lease-waiters", "a\nb"}, 2, "lease-waiters: NAME"},
+		{"lease-waiters with a bad limit", []string{"-schema", schema, "lease-waiters", "-limit", "0"}, 2, "-limit must be in"},
+		{"lease-waiters with two names", []string{"-schema", schema, "lease-waiters", "a", "b"}, 2, `unexpected "b"`},
 		{"audit with a negative bound", []string{"-schema", schema, "audit", "s", "-max-unresolved", "-1s"}, 2, "must not be negative"},
 		{"inbox with a bad consumer", []string{"-schema", schema, "inbox", "a\x01b"}, 2, "CONSUMER"},
 		{"inbox with a negative age", []string{"-schema", schema, "inbox", "-purge-older-than", "-1s"}, 2, "must not be negative"},
@@ -316,7 +455,7 @@ func TestJSONEmptyLists(t *testing.T) {
 	schema := pgtest.NewSchema(t, pool)
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
-	for _, args := range [][]string{{"streams"}, {"leases"}, {"force-release", "nobody"}, {"migrate", "up"}, {"readers"}} {
+	for _, args := range [][]string{{"streams"}, {"leases"}, {"leases", "-expired"}, {"force-release", "nobody"}, {"migrate", "up"}, {"readers"}, {"lease-waiters"}} {
 		code, out, errOut := seqlease(t, append([]string{"-schema", schema, "-json"}, args...)...)
 		require.Equal(t, 0, code, errOut)
 		require.JSONEq(t, "[]", out, "%v", args)

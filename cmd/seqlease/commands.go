@@ -39,9 +39,10 @@ func init() {
 		{"watch", "STREAM [-interval D] [-count N]", "the watermark and the lag, live", helpWatch, (*cli).watch},
 		{"audit", "STREAM [-ordered] [-max-unresolved D]", "check a stream's ledger against the invariants; report expired leases", helpAudit, (*cli).audit},
 		{"cleanup", "[STREAM] [-dry-run] [-durable-hooks]", "one cleanup pass: expired leases become gaps, in order (-dry-run: only list)", helpCleanup, (*cli).cleanup},
-		{"leases", "[-owner O] [-held-for D]", "live named leases: holder, fence, expiry", helpLeases, (*cli).leases},
-		{"lease-history", "NAME [-after ID] [-limit K]", "a named lease's audit history: acquired, renewed, released, expired", helpLeaseHistory, (*cli).leaseHistory},
-		{"force-release", "OWNER", "end every named lease OWNER holds (a crashed agent's)", helpForceRelease, (*cli).forceRelease},
+		{"leases", "[-owner O] [-held-for D] [-expired]", "live named leases: holder, fence, status, time remaining", helpLeases, (*cli).leases},
+		{"lease-history", "NAME [-after ID] [-limit K]", "a named lease's audit history: events, reasons, who force-released and why", helpLeaseHistory, (*cli).leaseHistory},
+		{"lease-waiters", "[NAME] [-limit K]", "processes waiting for named leases (pending), since when", helpLeaseWaiters, (*cli).leaseWaiters},
+		{"force-release", "OWNER [-by WHO [-reason R]]", "end every named lease OWNER holds (a crashed agent's), recording who and why", helpForceRelease, (*cli).forceRelease},
 		{"inbox", "[CONSUMER] [-purge-older-than D] [-batch N]", "count (and purge) the inbox records", helpInbox, (*cli).inbox},
 		{"hooks", "", "durable hooks of the cleanup loop not yet delivered", helpHooks, (*cli).hooks},
 		{"readers", "[-reader R] [-stream S]", "every reader's checkpoint with its lag", helpReaders, (*cli).readers},
@@ -224,22 +225,46 @@ takes no lease. Exit code 1 when some expired lease could not be resolved
 (the error says why), else 0.`
 
 const helpLeases = `
-Lists the live named leases: name, owner, fence, how long held, time to
-expiry, renewals.`
+Lists the live named leases: name, owner, fence, status, how long held,
+time remaining (by the database clock), renewals. With -expired it also
+lists the holdings past their expiry that maintenance has not marked yet:
+their status is expired (not active) and they have no time remaining.
+Holdings that ended (released, force-released, marked expired) are not
+listed: seqlease lease-history NAME shows them.`
 
 const helpLeaseHistory = `
 Lists the audit history of the named lease NAME in the order it was
-recorded: acquired, renewed, released, expired, force-released, each with
-the owner, the fence and the expiry after the event. It lists -limit
-events after the event -after (paging: a note on stderr gives the next
--after when there are more). History is recorded by the lease.Managers that
-keep it (the default) and trimmed after their retention (7 days by
-default); the cleanup loop's stream leases record none.`
+recorded: each event (acquired, renewed, released, expired,
+force-released) with why (REASON: renewed, released, expired,
+force-released, lost, max-renewals; none for acquired), the owner, the
+fence, the expiry after the event and, for a force-release, who did it
+(ACTOR) and why (COMMENT), as force-release -by and -reason gave them. An
+expired event's reason is lost when another acquire took the name over
+before maintenance marked the holding, max-renewals when the holding ran
+out having had its maximum renewals. It lists -limit events after the
+event -after (paging: a note on stderr gives the next -after when there
+are more). History is recorded by the lease.Managers that keep it (the
+default) and trimmed after their retention (7 days by default); the
+cleanup loop's stream leases record none.`
+
+const helpLeaseWaiters = `
+Lists the processes waiting for NAME, else for any named lease: the
+waiter (its owner), its status (pending), when it asked for the name by
+the database clock and how long it has waited, and the fence of the last
+holding it saw. A blocked acquire announces itself and repeats the
+announcement every 3 s while it waits; an announcement counts for 10 s,
+so a waiter that crashed drops out of the list within 10 s, and one that
+got the name or gave up at once.`
 
 const helpForceRelease = `
 Ends every live named lease OWNER holds, as when an agent crashed and its
 leases must not wait for their expiry. Its holder learns of the loss at its
-next renewal; the fences of later holders are larger.`
+next renewal; the fences of later holders are larger. -by names who
+force-releases and -reason says why: both are recorded in the history of
+each lease it ends (seqlease lease-history shows them as ACTOR and
+COMMENT). -by may be given alone; -reason needs -by. Text with control
+characters, a -by over 200 bytes or a -reason over 1024 bytes is refused
+(exit 2), and nothing is released.`
 
 const helpInbox = `
 Counts the inbox records of CONSUMER, else of every consumer. With

@@ -134,6 +134,9 @@ func TestJSONSnakeCase(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.AcquireLease(ctx, "gone", "agent-2", &store.AcquireLeaseParams{TTL: time.Hour})
 	require.NoError(t, err)
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: "leader", Waiter: "agent-3", Since: now, Fence: 1}))
 	require.NoError(t, s.SaveCheckpoint(ctx, "projection", "orders", 1, nil))
 	require.NoError(t, s.SaveCheckpoint(ctx, "relay", "orders", 1, nil))
 	_, err = s.MarkReceived(ctx, "billing", "m-1", nil)
@@ -162,6 +165,7 @@ func TestJSONSnakeCase(t *testing.T) {
 		{"audit", []string{"audit", "orders", "-max-unresolved", "1ns"}}, // exit 1: violations
 		{"leases", []string{"leases"}},
 		{"lease-history", []string{"lease-history", "leader"}},
+		{"lease-waiters", []string{"lease-waiters"}},
 		{"hooks", []string{"hooks"}},
 		{"readers", []string{"readers"}},
 		{"inbox", []string{"inbox"}},
@@ -174,7 +178,7 @@ func TestJSONSnakeCase(t *testing.T) {
 		{"give-up", []string{"give-up", "p", "2"}},
 		{"fill-parked", []string{"fill-parked", "p", "3", "-payload", "w", "-by", "alice"}},
 		{"trim", []string{"trim", "orders", "2"}},
-		{"force-release", []string{"force-release", "agent-2"}},
+		{"force-release", []string{"force-release", "agent-2", "-by", "operator", "-reason", "crashed"}},
 		{"delete-checkpoint", []string{"delete-checkpoint", "-reader", "relay", "-stream", "orders"}},
 		{"config", []string{"config", "set", "lease.max_renewals", "5", "-by", "ops"}},
 		{"config", []string{"config", "get"}},

@@ -17,6 +17,13 @@ type historyRow struct {
 	Fence     int64     `json:"fence"`
 	At        time.Time `json:"at"`         // for expired: the holding's expiry
 	ExpiresAt time.Time `json:"expires_at"` // the holding's expiry after the event
+	// Reason says why: renewed, released, expired, force-released, lost,
+	// max-renewals; empty for acquired.
+	Reason string `json:"reason"`
+	// Actor and Comment are, for a force-release, who did it and why
+	// (force-release -by and -reason); empty otherwise.
+	Actor   string `json:"actor"`
+	Comment string `json:"comment"`
 }
 
 func (c *cli) leaseHistory(ctx context.Context, args []string) error {
@@ -47,10 +54,11 @@ func (c *cli) leaseHistory(ctx context.Context, args []string) error {
 	out := make([]historyRow, len(evs))
 	rows := make([][]string, len(evs))
 	for i, e := range evs {
-		out[i] = historyRow{e.ID, e.Name, string(e.Kind), e.Owner, e.Fence, e.At, e.ExpiresAt}
-		rows[i] = []string{fmt.Sprint(e.ID), e.At.Format(time.RFC3339Nano), string(e.Kind), e.Owner, fmt.Sprint(e.Fence), e.ExpiresAt.Format(time.RFC3339Nano)}
+		out[i] = historyRow{e.ID, e.Name, string(e.Kind), e.Owner, e.Fence, e.At, e.ExpiresAt, string(e.Reason), e.Actor, e.Comment}
+		rows[i] = []string{fmt.Sprint(e.ID), e.At.Format(time.RFC3339Nano), string(e.Kind), orDash(string(e.Reason)), e.Owner,
+			fmt.Sprint(e.Fence), e.ExpiresAt.Format(time.RFC3339Nano), orDash(e.Actor), orDash(e.Comment)}
 	}
-	if err := c.emit(out, []string{"ID", "AT", "EVENT", "OWNER", "FENCE", "EXPIRES"}, rows); err != nil {
+	if err := c.emit(out, []string{"ID", "AT", "EVENT", "REASON", "OWNER", "FENCE", "EXPIRES", "ACTOR", "COMMENT"}, rows); err != nil {
 		return err
 	}
 	switch {

@@ -3,7 +3,7 @@
 // stream's entries and gaps, fill a gap, decide parked entries (unpark,
 // fill, give up), trim its history, watch it live,
 // audit its ledger, run a cleanup pass when no cleanup loop runs, list,
-// trace or force-release named leases, count or purge inbox records, count
+// trace or force-release named leases and list their waiters, count or purge inbox records, count
 // the durable hooks, list or delete reader checkpoints, serve a read-only
 // web interface, and tell versions.
 //
@@ -33,9 +33,13 @@
 //	                         exit 1 on a violation
 //	cleanup [STREAM]         one pass of the cleanup loop, gaps only, under its per-stream
 //	                         named lease (-dry-run: list what it would do; -durable-hooks)
-//	leases                   live named leases: holder, fence, expiry (-owner O, -held-for D)
-//	lease-history NAME       a named lease's audit history (-after ID, -limit K)
-//	force-release OWNER      end every named lease OWNER holds (a crashed agent's)
+//	leases                   live named leases: holder, fence, status, time remaining (-owner O,
+//	                         -held-for D; -expired: also those past expiry, not yet marked)
+//	lease-history NAME       a named lease's audit history with reasons, and who force-released
+//	                         and why (-after ID, -limit K)
+//	lease-waiters [NAME]     processes waiting for named leases (pending), since when (-limit K)
+//	force-release OWNER      end every named lease OWNER holds (a crashed agent's), recording
+//	                         who and why (-by WHO, -reason R: needs -by)
 //	inbox [CONSUMER]         count the inbox records; -purge-older-than D deletes the old
 //	                         ones first, in batches of -batch N
 //	hooks                    durable hooks not yet delivered: pending, failing, oldest

@@ -100,8 +100,8 @@ func TestCleanup(t *testing.T) {
 	// its history says who.
 	code, out, errOut = seqlease(t, "-schema", schema, "lease-history", cleanup.LeaseName("a"))
 	require.Equal(t, 0, code, errOut)
-	require.Regexp(t, `acquired\s+seqlease-cli:\S+\s+1\s`, out)
-	require.Regexp(t, `released\s+seqlease-cli:\S+\s+1\s`, out)
+	require.Regexp(t, `acquired\s+-\s+seqlease-cli:\S+\s+1\s`, out)
+	require.Regexp(t, `released\s+released\s+seqlease-cli:\S+\s+1\s`, out)
 
 	// Every stream: b is led by the other cleaner, skipped.
 	code, out, errOut = seqlease(t, "-schema", schema, "cleanup")
@@ -210,11 +210,11 @@ func TestLeaseHistory(t *testing.T) {
 	code, out, errOut := seqlease(t, "-schema", schema, "lease-history", "leader")
 	require.Equal(t, 0, code, errOut)
 	require.Empty(t, errOut)
-	require.Regexp(t, `ID\s+AT\s+EVENT\s+OWNER\s+FENCE\s+EXPIRES\n`+
-		`\d+\s+\S+\s+acquired\s+agent-1\s+1\s+\S+\n`+
-		`\d+\s+\S+\s+renewed\s+agent-1\s+1\s+\S+\n`+
-		`\d+\s+\S+\s+released\s+agent-1\s+1\s+\S+\n`+
-		`\d+\s+\S+\s+acquired\s+agent-2\s+2\s+\S+\n$`, out)
+	require.Regexp(t, `ID\s+AT\s+EVENT\s+REASON\s+OWNER\s+FENCE\s+EXPIRES\s+ACTOR\s+COMMENT\n`+
+		`\d+\s+\S+\s+acquired\s+-\s+agent-1\s+1\s+\S+\s+-\s+-\n`+
+		`\d+\s+\S+\s+renewed\s+renewed\s+agent-1\s+1\s+\S+\s+-\s+-\n`+
+		`\d+\s+\S+\s+released\s+released\s+agent-1\s+1\s+\S+\s+-\s+-\n`+
+		`\d+\s+\S+\s+acquired\s+-\s+agent-2\s+2\s+\S+\s+-\s+-\n$`, out)
 
 	code, out, errOut = seqlease(t, "-schema", schema, "-json", "lease-history", "leader", "-limit", "2")
 	require.Equal(t, 0, code, errOut)
@@ -222,7 +222,9 @@ func TestLeaseHistory(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &page))
 	require.Len(t, page, 2)
 	require.Equal(t, "acquired", page[0].Event)
+	require.Empty(t, page[0].Reason)
 	require.Equal(t, "renewed", page[1].Event)
+	require.Equal(t, "renewed", page[1].Reason)
 	require.Contains(t, errOut, "more events: -after "+jsonNumber(page[1].ID))
 	code, out, errOut = seqlease(t, "-schema", schema, "-json", "lease-history", "leader", "-after", jsonNumber(page[1].ID))
 	require.Equal(t, 0, code, errOut)
