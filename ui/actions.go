@@ -340,7 +340,7 @@ func (h *Handler) confirmForceRelease(ctx context.Context, r *http.Request, now 
 	d.Facts = append(d.Facts, [2]string{"Leases that end", strings.Join(names, ", ") + more})
 	d.Notes = []string{
 		"The store force-releases by holder, as seqlease force-release OWNER does: every live lease this holder holds ends, not only this one.",
-		"The holder learns of the loss at its next renewal; later holders get larger fences. The lease history records each as force-released.",
+		"The holder learns of the loss at its next renewal; later holders get larger fences. The lease history records each as force-released, with you as its actor and your reason as its comment.",
 	}
 	return h.confirm(d, actor, name, l.Owner, itoa(l.Fence))
 }
@@ -485,7 +485,7 @@ func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Re
 	var back, msg string
 	switch action {
 	case actForceRelease:
-		back, msg, err = h.forceRelease(ctx, values[0], values[1], values[2], &attrs)
+		back, msg, err = h.forceRelease(ctx, values[0], values[1], values[2], actor, reason, &attrs)
 	case actResolveExpired:
 		back, msg, err = h.resolveExpired(ctx, values[0], &attrs)
 	case actFillGap:
@@ -506,8 +506,9 @@ func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Re
 }
 
 // forceRelease ends every live lease of owner, the holder of name with
-// fence on the confirmation page; 409 when the lease changed since.
-func (h *Handler) forceRelease(ctx context.Context, name, owner, fence string, attrs *[]slog.Attr) (string, string, error) {
+// fence on the confirmation page, recording actor and reason in the
+// history of each; 409 when the lease changed since.
+func (h *Handler) forceRelease(ctx context.Context, name, owner, fence, actor, reason string, attrs *[]slog.Attr) (string, string, error) {
 	back := link("lease", "name", name)
 	if err := store.ValidateLeaseName(name); err != nil {
 		return "", "", badRequest("name %s: %v", store.QuoteInput(name), err)
@@ -520,7 +521,7 @@ func (h *Handler) forceRelease(ctx context.Context, name, owner, fence string, a
 		return "", "", &httpError{http.StatusConflict, "named lease " + store.QuoteInput(name) +
 			" changed since the confirmation page (released, expired or taken by another holder): nothing changed"}
 	}
-	ended, err := h.act.store.ForceReleaseLeases(ctx, owner, nil)
+	ended, err := h.act.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{Actor: actor, Reason: reason})
 	if err != nil {
 		return "", "", err
 	}

@@ -23,8 +23,12 @@
 //	/gaps        the streams with their open gap counts; with stream, its
 //	             gaps with reasons and the numbers their work moved to
 //	             (reason, filled=1 to filter and widen; pages by after)
-//	/leases      the live named leases: holder, fence, time remaining
-//	/lease       one named lease (name): its holding and audit history
+//	/leases      the live named leases: holder, fence, status, time
+//	             remaining (expired=1 adds the expired holdings not yet
+//	             marked), and the processes waiting for names
+//	/lease       one named lease (name): its holding with its status and
+//	             time remaining, its waiters, and its audit history with
+//	             reasons and, for a force-release, who and why
 //	/readers     the readers' checkpoints with their streams' watermarks
 //	             and lag
 //	/parked      the parked entries (store.Parker): recovery kept failing,
@@ -35,13 +39,17 @@
 // The streams page marks a stream's parked entries among its expired ones
 // (no extra query: the expired listing carries ParkedAt), and the stream
 // page labels them parked. A store that is not a store.Parker has no
-// parked work: the page says so. Named-lease waiters are not shown: the
-// store records none.
+// parked work: the page says so. Statuses are the store's
+// (NamedLease.Status, by the backend's clock: a holding past its expiry
+// that maintenance has not marked reads expired); waiters are the store's
+// announcements of blocked acquires (ListLeaseWaiters), pending.
 //
 // # Actions
 //
 // With Config.Actions, these actions write: force-release a named lease's
-// holder (store ForceReleaseLeases, as `seqlease force-release`), resolve
+// holder (store ForceReleaseLeases with the operator as Actor and the
+// form's reason as Reason, recorded in the history of each lease it ends,
+// as `seqlease force-release -by -reason`), resolve
 // a stream's expired entries (one pass of a cleanup.Service over the
 // stream, gaps only, under the stream's cleanup lease, as `seqlease
 // cleanup STREAM`), fill a gap (gap.Gaps.Fill, as `seqlease fill-gap`),

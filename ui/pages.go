@@ -385,12 +385,20 @@ type leaseRow struct {
 }
 
 type leasesData struct {
-	Owner  string
-	Leases []leaseRow
-	Next   string
+	Owner   string
+	Expired bool // the listing includes the expired holdings not yet marked
+	Leases  []leaseRow
+	Next    string
+	// All is the link that toggles Expired.
+	All     string
+	Waiters []store.LeaseWaiter
+	// MoreWaiters says Waiters stopped at the page's limit.
+	MoreWaiters bool
 }
 
-// leasesPage lists the held named leases (after, limit, owner).
+// leasesPage lists the held named leases (after, limit, owner; expired=1
+// adds the expired holdings maintenance has not marked yet) and the
+// processes waiting for any name.
 func (h *Handler) leasesPage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
 	after, err := nameParam(r, "after", false, store.ValidateLeaseName)
 	if err != nil {
@@ -404,19 +412,44 @@ func (h *Handler) leasesPage(ctx context.Context, r *http.Request, now time.Time
 	if err != nil {
 		return "", nil, err
 	}
-	ls, err := h.cfg.Store.ListLeases(ctx, &store.ListLeasesParams{Owner: owner, AfterName: after, Limit: limit + 1, Now: &now})
+	expired, err := boolParam(r, "expired")
 	if err != nil {
 		return "", nil, err
 	}
-	d := leasesData{Owner: owner}
+	ls, err := h.cfg.Store.ListLeases(ctx, &store.ListLeasesParams{Owner: owner, Expired: expired, AfterName: after, Limit: limit + 1, Now: &now})
+	if err != nil {
+		return "", nil, err
+	}
+	exp := ""
+	all := "1"
+	if expired {
+		exp, all = "1", ""
+	}
+	d := leasesData{Owner: owner, Expired: expired, All: link("leases", "owner", owner, "expired", all)}
 	if len(ls) > limit {
 		ls = ls[:limit]
-		d.Next = link("leases", "after", ls[limit-1].Name, "owner", owner, "limit", r.URL.Query().Get("limit"))
+		d.Next = link("leases", "after", ls[limit-1].Name, "owner", owner, "expired", exp, "limit", r.URL.Query().Get("limit"))
 	}
 	for _, l := range ls {
 		d.Leases = append(d.Leases, leaseRow{NamedLease: l, Link: link("lease", "name", l.Name)})
 	}
+	if d.Waiters, d.MoreWaiters, err = h.waiters(ctx, "", limit, now); err != nil {
+		return "", nil, err
+	}
 	return "leases", d, nil
+}
+
+// waiters lists the waiters of name (of every name when empty), up to
+// limit; more says there are more.
+func (h *Handler) waiters(ctx context.Context, name string, limit int, now time.Time) (ws []store.LeaseWaiter, more bool, err error) {
+	ws, err = h.cfg.Store.ListLeaseWaiters(ctx, &store.ListLeaseWaitersParams{Name: name, Limit: limit + 1, Now: &now})
+	if err != nil {
+		return nil, false, err
+	}
+	if len(ws) > limit {
+		return ws[:limit], true, nil
+	}
+	return ws, false, nil
 }
 
 type leaseData struct {
@@ -425,10 +458,13 @@ type leaseData struct {
 	ForceRelease string // the confirmation page of the action
 	Events       []store.LeaseEvent
 	Next         string
+	Waiters      []store.LeaseWaiter
+	MoreWaiters  bool
 }
 
-// leasePage shows one named lease (name): its current or last holding and
-// its audit history (after, limit), oldest first.
+// leasePage shows one named lease (name): its current or last holding, the
+// processes waiting for it and its audit history (after, limit), oldest
+// first.
 func (h *Handler) leasePage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
 	name, err := nameParam(r, "name", true, store.ValidateLeaseName)
 	if err != nil {
@@ -454,6 +490,9 @@ func (h *Handler) leasePage(ctx context.Context, r *http.Request, now time.Time)
 	if len(evs) > limit {
 		d.Events = evs[:limit]
 		d.Next = link("lease", "name", name, "after", itoa(evs[limit-1].ID), "limit", r.URL.Query().Get("limit"))
+	}
+	if d.Waiters, d.MoreWaiters, err = h.waiters(ctx, name, limit, now); err != nil {
+		return "", nil, err
 	}
 	return "lease", d, nil
 }

@@ -33,12 +33,13 @@ type GapSource interface {
 	CountGaps(ctx context.Context, stream string) (int64, error)
 }
 
-// LeaseSource reads the named leases and their audit history:
-// *postgres.Store and *memory.Store.
+// LeaseSource reads the named leases, their audit history and their
+// waiters: *postgres.Store and *memory.Store.
 type LeaseSource interface {
 	ListLeases(ctx context.Context, p *store.ListLeasesParams) ([]store.NamedLease, error)
 	GetLease(ctx context.Context, name string, p *store.LeaseOpParams) (store.NamedLease, error)
 	LeaseHistory(ctx context.Context, name string, p *store.LeaseHistoryParams) ([]store.LeaseEvent, error)
+	ListLeaseWaiters(ctx context.Context, p *store.ListLeaseWaitersParams) ([]store.LeaseWaiter, error)
 }
 
 // CheckpointSource lists the readers' checkpoints with their streams'
@@ -121,7 +122,8 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
-// pageNames are the templates, each rendered with layout.html.
+// pageNames are the templates, each rendered with layout.html and the
+// parts shared by several pages (parts.html).
 var pageNames = []string{"streams", "stream", "gaps", "leases", "lease", "readers", "parked", "error", "confirm"}
 
 // New returns the handler of cfg, or an error naming the field that is
@@ -166,7 +168,7 @@ func New(cfg *Config) (*Handler, error) {
 		h.routeActions()
 	}
 	for _, name := range pageNames {
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/parts.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ui: template %s: %w", name, err) // a bug: the templates are embedded
 		}

@@ -31,6 +31,7 @@ type backend interface {
 	AcquireLease(ctx context.Context, name, owner string, p *store.AcquireLeaseParams) (store.NamedLease, error)
 	RenewLease(ctx context.Context, name, owner string, fence int64, p *store.RenewLeaseParams) (store.NamedLease, error)
 	SaveCheckpoint(ctx context.Context, reader, stream string, position int64, p *store.SaveCheckpointParams) error
+	AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) error
 }
 
 var (
@@ -59,6 +60,7 @@ const (
 	owner      = `<script>alert("owner")</script>'&"`
 	leaseName  = `<img src=x onerror=alert(1)>`
 	readerName = `<script>reader</script>`
+	waiterName = `<script>alert("waiter")</script>`
 )
 
 // payload carries markup and control characters.
@@ -102,6 +104,9 @@ func hostile(t *testing.T, s backend) {
 	require.NoError(t, err)
 	_, err = s.RenewLease(ctx, leaseName, owner, l.Fence, &store.RenewLeaseParams{TTL: time.Hour})
 	require.NoError(t, err)
+	now, err := s.Now(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: leaseName, Waiter: waiterName, Since: now, Fence: l.Fence}))
 	require.NoError(t, s.SaveCheckpoint(ctx, readerName, scriptName, 2, nil))
 }
 
@@ -181,8 +186,10 @@ func TestPagesEscapeHostileInput(t *testing.T) {
 				{q("/stream", "name", quoteName), []string{"&#34;quoted&#34; &#39;stream&#39; &amp; &lt;b&gt;bold&lt;/b&gt;"}},
 				{"/gaps", []string{escaped}},
 				{q("/gaps", "stream", scriptName), []string{escaped, "expired", "&lt;script&gt;alert(&#34;owner&#34;)"}},
-				{"/leases", []string{"&lt;img src=x onerror=alert(1)&gt;", "&lt;script&gt;alert(&#34;owner&#34;)"}},
-				{q("/lease", "name", leaseName), []string{"&lt;img src=x onerror=alert(1)&gt;", "acquired", "renewed", "held"}},
+				{"/leases", []string{"&lt;img src=x onerror=alert(1)&gt;", "&lt;script&gt;alert(&#34;owner&#34;)", "active",
+					"&lt;script&gt;alert(&#34;waiter&#34;)&lt;/script&gt;", "pending"}},
+				{q("/lease", "name", leaseName), []string{"&lt;img src=x onerror=alert(1)&gt;", "acquired", "renewed", `id="status">active<`,
+					"&lt;script&gt;alert(&#34;waiter&#34;)&lt;/script&gt;", "pending"}},
 				{"/readers", []string{"&lt;script&gt;reader&lt;/script&gt;", escaped}},
 			}
 			for _, p := range pages {
@@ -333,6 +340,7 @@ func TestBadParametersAnswer400(t *testing.T) {
 		{q("/gaps", "stream", "orders", "reason", huge), "reason"},
 		{q("/leases", "owner", huge), "owner"},
 		{q("/leases", "after", "\x01"), "after"},
+		{"/leases?expired=maybe", "expired"},
 		{"/lease", "the name parameter is required"},
 		{"/lease?name=x&after=-5", "after"},
 		{q("/readers", "reader", huge), "reader"},
@@ -492,4 +500,47 @@ func (f failingStats) Stats(ctx context.Context, name string) (store.StreamStats
 		return store.StreamStats{}, errString("stats of bad failed")
 	}
 	return f.Store.Stats(ctx, name)
+}
+
+// TestLeasePagesStatus shows a holding past its expiry that maintenance has
+// not marked as expired, with no time remaining: on the one-lease page, and
+// on the listing only when asked (expired=1); live holdings are active with
+// their time remaining.
+func TestLeasePagesStatus(t *testing.T) {
+	t.Parallel()
+	for name, s := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			_, err := s.AcquireLease(ctx, "live", "agent-1", &store.AcquireLeaseParams{TTL: time.Hour})
+			require.NoError(t, err)
+			now, err := s.Now(ctx)
+			require.NoError(t, err)
+			past := now.Add(-time.Minute)
+			_, err = s.AcquireLease(ctx, "stale", "agent-2", &store.AcquireLeaseParams{TTL: time.Second, Now: &past})
+			require.NoError(t, err)
+			h := newHandler(t, s, nil)
+
+			r := get(t, h, "/leases")
+			require.Equal(t, http.StatusOK, r.status, r.body)
+			cells := cellsOf(rowOf(t, r.body, "live"))
+			require.Equal(t, []string{"live", "agent-1", "1", "active"}, cells[:4])
+			require.Regexp(t, `^(59m\d+s|1h0m0s)$`, cells[5], "time remaining")
+			require.NotContains(t, r.body, ">stale</a>", "not live: listed only when asked")
+			require.Contains(t, r.body, `href="leases?expired=1"`)
+
+			r = get(t, h, "/leases?expired=1")
+			require.Equal(t, http.StatusOK, r.status, r.body)
+			cells = cellsOf(rowOf(t, r.body, "stale"))
+			require.Equal(t, []string{"stale", "agent-2", "1", "expired"}, cells[:4])
+			require.Contains(t, cells[5], "none (expired")
+			require.Equal(t, "active", cellsOf(rowOf(t, r.body, "live"))[3])
+
+			r = get(t, h, q("/lease", "name", "stale"))
+			require.Equal(t, http.StatusOK, r.status, r.body)
+			require.Contains(t, r.body, `id="status">expired<`)
+			require.Contains(t, r.body, `id="remaining">none<`)
+			require.Contains(t, r.body, "No process waits.")
+		})
+	}
 }
