@@ -155,7 +155,7 @@ func (h *Handler) routeActions() {
 // Errors of the actions, each an answer other than 200.
 var (
 	errUnauthenticated = &httpError{http.StatusUnauthorized, "not authenticated: actions need an authenticated operator"}
-	errBadActor        = &httpError{http.StatusForbidden, "the authenticated actor is not a valid name (at most 1024 bytes of UTF-8, no control characters)"}
+	errBadActor        = &httpError{http.StatusForbidden, "the authenticated actor is not a valid name (at most 200 bytes of UTF-8, no control characters)"}
 	errCrossOrigin     = &httpError{http.StatusForbidden, "cross-origin request refused: actions are posted from this interface's own pages"}
 	errNoToken         = &httpError{http.StatusForbidden, "the form's token is missing: open the confirmation page again"}
 	errBadToken        = &httpError{http.StatusForbidden, "the form's token is not valid for this action and operator: open the confirmation page again"}
@@ -169,7 +169,8 @@ func (h *Handler) authenticate(r *http.Request) (string, error) {
 		h.cfg.Logger.WarnContext(r.Context(), "ui: action refused: not authenticated", slog.String("path", r.URL.Path), slog.Any("error", err))
 		return "", errUnauthenticated
 	}
-	if store.ValidateText("actor", actor) != nil {
+	// The lease history keeps actors of at most store.MaxNameLen bytes.
+	if len(actor) > store.MaxNameLen || store.ValidateText("actor", actor) != nil {
 		h.cfg.Logger.WarnContext(r.Context(), "ui: action refused: invalid actor", slog.String("path", r.URL.Path), slog.String("actor", store.QuoteInput(actor)))
 		return "", errBadActor
 	}

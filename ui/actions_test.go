@@ -344,6 +344,7 @@ func TestActionsRefused(t *testing.T) {
 					{"other origin", http.MethodPost, valid(), operator, []string{"Origin", "https://evil.example"}, http.StatusForbidden},
 					{"not authenticated", http.MethodPost, valid(), "", nil, http.StatusUnauthorized},
 					{"invalid actor", http.MethodPost, valid(), "eve\x07", nil, http.StatusForbidden},
+					{"overlong actor", http.MethodPost, valid(), strings.Repeat("e", store.MaxNameLen+1), nil, http.StatusForbidden},
 					{"no reason", http.MethodPost, without("reason"), operator, nil, http.StatusBadRequest},
 					{"control character", http.MethodPost, with("reason", "crashed\nsee log"), operator, nil, http.StatusBadRequest},
 					{"long reason", http.MethodPost, with("reason", strings.Repeat("r", ui.DefaultMaxReasonBytes+1)), operator, nil, http.StatusBadRequest},
