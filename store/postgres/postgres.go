@@ -735,20 +735,70 @@ func (s *Store) Read(ctx context.Context, stream string, after int64, limit int)
 	if err != nil {
 		return nil, interpretError("read", err)
 	}
-	// Numbers are dense, so a result that does not start at after+1 (or is
-	// empty) means the stream is unknown, the caller is at its end, or the
-	// entries were trimmed. The low point only rises, so reading it after
-	// the entries cannot call a read trimmed that found its entries.
-	if len(out) == 0 || out[0].Number != after+1 {
-		low, err := s.lowPoint(ctx, stream)
-		switch {
-		case err != nil:
-			return nil, interpretError("read", err)
-		case after+1 < low:
-			return nil, fmt.Errorf("read: %w", &store.TrimmedError{Stream: stream, LowPoint: low})
-		}
+	first := int64(0)
+	if len(out) > 0 {
+		first = out[0].Number
+	}
+	if err := s.checkRead(ctx, "read", stream, after, first); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+var _ store.ResolutionReader = (*Store)(nil)
+
+// ReadResolutions implements store.ResolutionReader: Read's statement
+// with two columns, so that no payload crosses the wire.
+func (s *Store) ReadResolutions(ctx context.Context, stream string, after int64, limit int) ([]store.Resolution, error) {
+	const op = "read resolutions"
+	limit, err := store.ValidateRead(stream, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	rows, err := s.db.Query(ctx, s.q.readResolutions, stream, after, limit)
+	if err != nil {
+		return nil, interpretError(op, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Resolution, error) {
+		var r store.Resolution
+		var at *time.Time
+		err := row.Scan(&r.Number, &at)
+		if at != nil {
+			r.ResolvedAt = *at
+		}
+		return r, err
+	})
+	if err != nil {
+		return nil, interpretError(op, err)
+	}
+	first := int64(0)
+	if len(out) > 0 {
+		first = out[0].Number
+	}
+	if err := s.checkRead(ctx, op, stream, after, first); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkRead tells why a read after `after` found first as its first
+// number (0: nothing). Numbers are dense, so a result that does not start
+// at after+1 (or is empty) means the stream is unknown, the caller is at
+// its end, or the entries were trimmed. The low point only rises, so
+// reading it after the entries cannot call a read trimmed that found its
+// entries.
+func (s *Store) checkRead(ctx context.Context, op, stream string, after, first int64) error {
+	if first == after+1 {
+		return nil
+	}
+	low, err := s.lowPoint(ctx, stream)
+	switch {
+	case err != nil:
+		return interpretError(op, err)
+	case after+1 < low:
+		return fmt.Errorf("%s: %w", op, &store.TrimmedError{Stream: stream, LowPoint: low})
+	}
+	return nil
 }
 
 // Stats implements the storage contract's Stats in one statement.

@@ -49,6 +49,9 @@ func capabilities(s Store) []group[Store] {
 	if _, ok := s.(store.Parker); ok {
 		out = append(out, group[Store]{"Parked", testParked})
 	}
+	if _, ok := s.(store.ResolutionReader); ok {
+		out = append(out, group[Store]{"ReadResolutions", testReadResolutions})
+	}
 	if _, ok := s.(Interrupter); ok {
 		out = append(out, group[Store]{"Interrupted", testInterrupted})
 	}

@@ -118,3 +118,71 @@ func testRead(t *testing.T, newStore func(t *testing.T) Store) {
 		require.Equal(t, []byte("stored"), b.entry(s, 1).Payload)
 	})
 }
+
+// testReadResolutions checks store.ResolutionReader: Read's numbers and
+// resolution times, and its errors, without the entries.
+func testReadResolutions(t *testing.T, newStore func(t *testing.T) Store) {
+	resolutions := func(es []store.Entry) []store.Resolution {
+		var out []store.Resolution
+		for _, e := range es {
+			out = append(out, store.Resolution{Number: e.Number, ResolvedAt: normTime(e.ResolvedAt)})
+		}
+		return out
+	}
+	read := func(b *bundle, s string, after int64, limit int) ([]store.Resolution, error) {
+		rs, err := b.s.(store.ResolutionReader).ReadResolutions(b.ctx, s, after, limit)
+		for i := range rs {
+			rs[i].ResolvedAt = normTime(rs[i].ResolvedAt)
+		}
+		if len(rs) == 0 {
+			rs = nil
+		}
+		return rs, err
+	}
+
+	t.Run("what Read reads, numbers and resolution times", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.name("")
+		es := b.lease(s, 0, req(time.Minute, "a"), req(time.Minute, "b"), req(time.Minute, "c"), req(time.Minute, "d"))
+		b.commit(es[0], time.Second, []byte("payload"))
+		b.release(es[1], 2*time.Second)
+		b.expire(es[3], 2*time.Minute, nil)
+		for _, c := range []struct {
+			after int64
+			limit int
+		}{{0, 0}, {0, 2}, {1, 2}, {3, 0}, {4, 0}, {9, 1}} {
+			want, err := b.s.Read(b.ctx, s, c.after, c.limit)
+			require.NoError(t, err)
+			got, err := read(b, s, c.after, c.limit)
+			require.NoError(t, err)
+			require.Equal(t, resolutions(want), got, "after %d limit %d", c.after, c.limit)
+		}
+		got, err := read(b, s, 0, 0)
+		require.NoError(t, err)
+		require.Len(t, got, 4)
+		require.True(t, got[2].ResolvedAt.IsZero(), "a leased entry has no resolution time")
+		require.False(t, got[0].ResolvedAt.IsZero())
+	})
+
+	t.Run("errors as Read's", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.name("")
+		es := b.lease(s, 0, req(time.Minute, "a"), req(time.Minute, "b"), req(time.Minute, "c"))
+		b.commit(es[0], time.Second, nil)
+		b.commit(es[1], time.Second, nil)
+		b.trim(s, 2)
+		_, err := read(b, s, 0, 0)
+		var te *store.TrimmedError
+		require.ErrorAs(t, err, &te)
+		require.Equal(t, int64(2), te.LowPoint)
+		got, err := read(b, s, 1, 0)
+		require.NoError(t, err)
+		require.Equal(t, []int64{2, 3}, []int64{got[0].Number, got[1].Number})
+		_, err = read(b, s+"-other", 0, 0)
+		require.ErrorIs(t, err, store.ErrStreamNotFound)
+		_, err = read(b, s, -1, 0)
+		require.ErrorIs(t, err, store.ErrInvalidArgument)
+		_, err = read(b, "", 0, 0)
+		require.ErrorIs(t, err, store.ErrInvalidArgument)
+	})
+}
