@@ -103,3 +103,33 @@ func BenchmarkPages(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStreamsPagePayloads renders the streams page on PostgreSQL
+// with 20 streams of 500 committed entries with 16 KiB payloads, which
+// the page never shows: its allocations per page must not grow with the
+// payloads.
+//
+//	go test -run '^$' -bench BenchmarkStreamsPagePayloads -benchtime 10x ./ui/
+func BenchmarkStreamsPagePayloads(b *testing.B) {
+	s := newPostgres(b)
+	ctx := b.Context()
+	reqs := make([]store.AppendRequest, ui.DefaultChartSample)
+	for i := range reqs {
+		reqs[i] = store.AppendRequest{Payload: make([]byte, 16<<10)}
+	}
+	for i := range 20 {
+		_, err := s.Append(ctx, fmt.Sprintf("big-%02d", i), reqs, nil)
+		require.NoError(b, err)
+	}
+	h, err := ui.New(&ui.Config{Store: s})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			b.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+}

@@ -41,17 +41,18 @@ type bar struct {
 	Title      string // "3 resolved 1m30s to 1m0s ago"
 }
 
-// throughput reads the stream's most recent numbers and buckets their
-// resolutions by time.
+// throughput reads the resolution times of the stream's most recent
+// numbers (not the entries: a page of streams would otherwise hold every
+// sampled payload at once) and buckets them by time.
 func (h *Handler) throughput(ctx context.Context, st store.StreamStats, now time.Time) (chart, error) {
 	c := chart{Width: chartWidth, Height: chartHeight}
 	window, sample := h.cfg.ChartWindow, int64(h.cfg.ChartSample)
 	counts := make([]int, chartBuckets)
 	after := max(st.NextNumber-1-sample, st.LowPoint-1, 0)
-	var es []store.Entry
+	var es []store.Resolution
 	if st.NextNumber > 1 {
 		var err error
-		es, err = h.cfg.Store.Read(ctx, st.Stream, after, int(sample))
+		es, err = h.cfg.Store.ReadResolutions(ctx, st.Stream, after, int(sample))
 		var te *store.TrimmedError
 		if errors.As(err, &te) {
 			es, err = nil, nil // trimmed since Stats: no chart this time

@@ -95,8 +95,10 @@
 // once per request, so ages and expiries agree with the database.
 //
 // The store keeps no counters, so the throughput chart is computed from
-// the entries: it reads each stream's ChartSample most recent numbers and
-// buckets their resolution times (ResolvedAt) over ChartWindow. A stream
+// the entries: it reads the resolution times (ResolvedAt) of each
+// stream's ChartSample most recent numbers, and only those
+// (store.ResolutionReader: no payload is read), and buckets them over
+// ChartWindow. A stream
 // that resolved more than ChartSample numbers in the window shows a lower
 // bound, marked with "+".
 //
@@ -111,7 +113,7 @@
 // at least 0): a bad one answers 400 with a message that quotes it through
 // store.QuoteInput (short, single line), never a panic. Every listing is
 // bounded and paginated with a cursor (after, after_reader/after_stream);
-// counts of expired leases stop at 1000 (shown as 1000+). Without Actions
+// counts of expired leases stop at 100 (shown as 100+). Without Actions
 // the handler only reads: GET and HEAD, 405 for any other method. Every answer carries a
 // Content-Security-Policy (script-src 'self', no inline script or style,
 // frame-ancestors 'none'), X-Content-Type-Options: nosniff,

@@ -61,7 +61,7 @@ func stamp(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05.000Z")
 }
 
-// atLeast prints a count that stopped at a cap: 1000+.
+// atLeast prints a count that stopped at a cap: 100+.
 func atLeast(n int, capped bool) string {
 	if capped {
 		return strconv.Itoa(n) + "+"

@@ -12,9 +12,10 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// expiredCap is the most expired leases the streams page counts per
-// stream; beyond it the count shows as "1000+".
-const expiredCap = 1000
+// expiredCap is the most expired leases (and parked entries) the pages
+// count per stream; beyond it the count shows as "100+". Each is read
+// whole, so the cap bounds what a page of many streams holds.
+const expiredCap = 100
 
 // link returns the relative URL of page with the non-empty params.
 func link(page string, kv ...string) string {

@@ -22,6 +22,9 @@ type StreamSource interface {
 	Streams(ctx context.Context, after string, limit int) ([]string, error)
 	Stats(ctx context.Context, stream string) (store.StreamStats, error)
 	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
+	// ReadResolutions (store.ResolutionReader) feeds the throughput chart
+	// without reading the entries' payloads.
+	ReadResolutions(ctx context.Context, stream string, after int64, limit int) ([]store.Resolution, error)
 	ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error)
 	Now(ctx context.Context) (time.Time, error)
 }
