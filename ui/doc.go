@@ -123,9 +123,13 @@
 // # Failure handling
 //
 // Each request reads under Config.Timeout. An unknown stream or lease
-// answers 404, a store error 500 with the error on the page and in the
-// Logger; a page is rendered whole into a buffer before anything is sent,
-// so a failure never leaves half a page. The handler starts no goroutine
-// of its own; a resolve action's cleanup pass starts and stops its
-// service within the request.
+// answers 404, a store error 500: the error goes to the Logger under a
+// random reference, and the page, which needs no login, shows only the
+// reference (store and database errors can name schemas, hosts and
+// statements). A page is rendered whole into a buffer before anything is
+// sent, so a failure never leaves half a page. A panic while reading a
+// page, in the request's goroutine or in the streams page's readers,
+// answers 500 the same way: the readers' goroutines are the handler's
+// own, and a panic nobody recovers there would end the process. A resolve
+// action's cleanup pass starts and stops its service within the request.
 package ui

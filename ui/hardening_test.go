@@ -54,3 +54,42 @@ func TestExpiredCountCapped(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	require.Contains(t, r.body, `<td class="num bad">100&#43;</td>`)
 }
+
+// A ChartWindow under a second (a step of zero between the chart's bars)
+// is refused, naming the field.
+func TestChartWindowValidated(t *testing.T) {
+	s := memory.New(nil)
+	for _, w := range []time.Duration{-1, 1, 19, 20, time.Second - 1} {
+		_, err := ui.New(&ui.Config{Store: s, ChartWindow: w})
+		var ce *ui.ConfigError
+		require.ErrorAs(t, err, &ce, "ChartWindow %v", w)
+		require.Equal(t, "ChartWindow", ce.Field)
+		require.ErrorIs(t, err, store.ErrInvalidArgument)
+	}
+	_, err := ui.New(&ui.Config{Store: s, ChartWindow: time.Second})
+	require.NoError(t, err)
+}
+
+// panicking is a store whose Stats panics for the stream "boom".
+type panicking struct{ *memory.Store }
+
+func (p panicking) Stats(ctx context.Context, name string) (store.StreamStats, error) {
+	if name == "boom" {
+		panic("stats exploded")
+	}
+	return p.Store.Stats(ctx, name)
+}
+
+// A panic in a page's worker goroutines answers 500; it does not end the
+// process.
+func TestWorkerPanicAnswers500(t *testing.T) {
+	s := memory.New(nil)
+	for _, n := range []string{"a", "b", "boom", "c", "d", "e"} {
+		fill(t, s, n)
+	}
+	r := get(t, newHandler(t, panicking{s}, nil), "/")
+	require.Equal(t, 500, r.status)
+	require.NotContains(t, r.body, "stats exploded")
+	r = get(t, newHandler(t, panicking{s}, nil), "/stream?name=boom")
+	require.Equal(t, 500, r.status, "a panic in the request's own goroutine too")
+}

@@ -3,8 +3,10 @@ package ui
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -97,6 +99,15 @@ func (h *Handler) streamRows(ctx context.Context, names []string, now time.Time)
 	var wg sync.WaitGroup
 	for range min(streamWorkers, len(names)) {
 		wg.Go(func() {
+			// A panic here would end the process: nothing above this
+			// goroutine recovers it. It fails the page instead (500).
+			defer func() {
+				if p := recover(); p != nil {
+					cancel(fmt.Errorf("ui: reading a stream's row panicked: %v\n%s", p, debug.Stack()))
+					for range next { // let the sender finish
+					}
+				}
+			}()
 			for i := range next {
 				row, err := h.streamRow(ctx, names[i], now)
 				switch {

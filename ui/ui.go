@@ -2,13 +2,16 @@ package ui
 
 import (
 	"context"
+	"crypto/rand"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -71,6 +74,22 @@ const (
 	DefaultChartSample  = 500
 )
 
+// MinChartWindow is the shortest Config.ChartWindow accepted.
+const MinChartWindow = time.Second
+
+// ConfigError reports a Config field New refuses. It matches
+// store.ErrInvalidArgument.
+type ConfigError struct {
+	Field   string // the field's path under Config, e.g. "ChartWindow"
+	Problem string // what is wrong with it
+}
+
+// Error returns "ui: Config.FIELD PROBLEM".
+func (e *ConfigError) Error() string { return "ui: Config." + e.Field + " " + e.Problem }
+
+// Is makes a ConfigError match store.ErrInvalidArgument.
+func (e *ConfigError) Is(target error) bool { return target == store.ErrInvalidArgument }
+
 // Config configures a Handler. Store is required; the zero value of every
 // other field means its default.
 type Config struct {
@@ -94,7 +113,7 @@ type Config struct {
 	// DefaultTimeout (10 s).
 	Timeout time.Duration
 	// ChartWindow is the span of the throughput chart of the streams page;
-	// default DefaultChartWindow (10 minutes).
+	// default DefaultChartWindow (10 minutes), at least MinChartWindow (1 s).
 	ChartWindow time.Duration
 	// ChartSample is how many of a stream's most recent numbers the chart
 	// reads; default DefaultChartSample (500), at most store.MaxListLimit.
@@ -133,22 +152,25 @@ var pageNames = []string{"streams", "stream", "gaps", "leases", "lease", "reader
 // wrong.
 func New(cfg *Config) (*Handler, error) {
 	if cfg == nil || cfg.Store == nil {
-		return nil, errors.New("ui: Config.Store is required")
+		return nil, &ConfigError{Field: "Store", Problem: "is required"}
 	}
 	c := *cfg
+	bad := func(field, format string, args ...any) (*Handler, error) {
+		return nil, &ConfigError{Field: field, Problem: fmt.Sprintf(format, args...)}
+	}
 	switch {
 	case c.PageSize < 0:
-		return nil, fmt.Errorf("ui: Config.PageSize %d is negative", c.PageSize)
+		return bad("PageSize", "%d is negative", c.PageSize)
 	case c.MaxPageSize < 0 || c.MaxPageSize > store.DefaultListLimit:
-		return nil, fmt.Errorf("ui: Config.MaxPageSize %d is not in 0..%d", c.MaxPageSize, store.DefaultListLimit)
+		return bad("MaxPageSize", "%d is not in 0..%d", c.MaxPageSize, store.DefaultListLimit)
 	case c.PreviewBytes < 0:
-		return nil, fmt.Errorf("ui: Config.PreviewBytes %d is negative", c.PreviewBytes)
+		return bad("PreviewBytes", "%d is negative", c.PreviewBytes)
 	case c.Timeout < 0:
-		return nil, fmt.Errorf("ui: Config.Timeout %v is negative", c.Timeout)
-	case c.ChartWindow < 0:
-		return nil, fmt.Errorf("ui: Config.ChartWindow %v is negative", c.ChartWindow)
+		return bad("Timeout", "%v is negative", c.Timeout)
+	case c.ChartWindow < 0 || (c.ChartWindow > 0 && c.ChartWindow < MinChartWindow):
+		return bad("ChartWindow", "%v is neither 0 (the default) nor at least %v", c.ChartWindow, MinChartWindow)
 	case c.ChartSample < 0 || c.ChartSample > store.MaxListLimit:
-		return nil, fmt.Errorf("ui: Config.ChartSample %d is not in 0..%d", c.ChartSample, store.MaxListLimit)
+		return bad("ChartSample", "%d is not in 0..%d", c.ChartSample, store.MaxListLimit)
 	}
 	c.Title = cmp(c.Title, "seqlease")
 	c.MaxPageSize = cmp(c.MaxPageSize, DefaultMaxPageSize)
@@ -260,6 +282,11 @@ type view struct {
 // renders the page's template, and turns errors into answers.
 func (h *Handler) page(fn func(ctx context.Context, r *http.Request, now time.Time) (string, any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				h.internal(w, r, "the page failed", fmt.Errorf("panic: %v\n%s", p, debug.Stack()))
+			}
+		}()
 		ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 		defer cancel()
 		now, err := h.cfg.Store.Now(ctx)
@@ -297,9 +324,19 @@ func (h *Handler) answer(w http.ResponseWriter, r *http.Request, err error, fail
 	case errors.Is(err, store.ErrStreamNotFound), errors.Is(err, store.ErrLeaseNotFound), errors.Is(err, store.ErrNotFound):
 		h.fail(w, r, http.StatusNotFound, err.Error())
 	default:
-		h.cfg.Logger.ErrorContext(r.Context(), "ui: "+failed, slog.String("path", r.URL.Path), slog.Any("error", err))
-		h.fail(w, r, http.StatusInternalServerError, failed+": "+err.Error())
+		h.internal(w, r, failed, err)
 	}
+}
+
+// internal answers 500 for err. The error goes to the Logger only, under
+// a reference the page shows: store and database errors can name
+// schemas, hosts and statements, and the pages need no login.
+func (h *Handler) internal(w http.ResponseWriter, r *http.Request, failed string, err error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	ref := hex.EncodeToString(b[:])
+	h.cfg.Logger.ErrorContext(r.Context(), "ui: "+failed, slog.String("path", r.URL.Path), slog.String("ref", ref), slog.Any("error", err))
+	h.fail(w, r, http.StatusInternalServerError, failed+"; the error is in the server's log under ref="+ref)
 }
 
 func (h *Handler) refresh() int {

@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -487,9 +488,14 @@ func TestStreamReadErrorAnswers500(t *testing.T) {
 	}
 	r := get(t, newHandler(t, s, nil), "/")
 	require.Equal(t, http.StatusOK, r.status)
-	r = get(t, newHandler(t, failingStats{s}, nil), "/")
+	var log strings.Builder
+	r = get(t, newHandler(t, failingStats{s}, &ui.Config{Logger: slog.New(slog.NewTextHandler(&log, nil))}), "/")
 	require.Equal(t, http.StatusInternalServerError, r.status)
-	require.Contains(t, r.body, "stats of bad failed")
+	require.NotContains(t, r.body, "stats of bad failed", "a store error is not shown to readers")
+	ref := regexp.MustCompile(`ref=([0-9a-f]{12})`).FindStringSubmatch(r.body)
+	require.NotNil(t, ref, "the page names the log record")
+	require.Contains(t, log.String(), "ref="+ref[1])
+	require.Contains(t, log.String(), "stats of bad failed")
 }
 
 // failingStats is a store whose Stats fails for the stream "bad".
