@@ -93,3 +93,21 @@ func TestWorkerPanicAnswers500(t *testing.T) {
 	r = get(t, newHandler(t, panicking{s}, nil), "/stream?name=boom")
 	require.Equal(t, 500, r.status, "a panic in the request's own goroutine too")
 }
+
+// An after near the largest number pages back from the stream's end; no
+// link overflows into a negative number.
+func TestStreamAfterOverflow(t *testing.T) {
+	s := memory.New(nil)
+	fill(t, s, "s")
+	h := newHandler(t, s, nil)
+	for _, target := range []string{
+		"/stream?name=s&after=9223372036854775807",
+		"/stream?name=s&after=9223372036854775800&limit=500",
+	} {
+		r := get(t, h, target)
+		require.Equal(t, 200, r.status, target)
+		require.NotContains(t, r.body, "after=-", target)
+		require.NotContains(t, r.body, `rel="next"`, target)
+		require.Contains(t, r.body, "after=0", "the earlier link goes back from the end: %s", target)
+	}
+}

@@ -219,7 +219,9 @@ func (h *Handler) streamPage(ctx context.Context, r *http.Request, now time.Time
 	if !given {
 		after = st.Watermark - int64(span)/4
 	}
-	after = max(after, st.LowPoint-1, 0)
+	// Between the low point and the end: no link computed from it
+	// overflows, however large the after asked for.
+	after = min(max(after, st.LowPoint-1, 0), max(st.NextNumber-1, 0))
 	es, err := s.Read(ctx, name, after, span)
 	var te *store.TrimmedError
 	if errors.As(err, &te) { // trimmed since Stats: start at the new low point
