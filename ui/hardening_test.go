@@ -111,3 +111,16 @@ func TestStreamAfterOverflow(t *testing.T) {
 		require.Contains(t, r.body, "after=0", "the earlier link goes back from the end: %s", target)
 	}
 }
+
+// The static files are served, their directory is not listed.
+func TestStaticNoListing(t *testing.T) {
+	h := newHandler(t, memory.New(nil), nil)
+	for _, target := range []string{"/static/", "/static/%2e%2e/", "/static/nothing.js"} {
+		r := get(t, h, target)
+		require.Equal(t, 404, r.status, target)
+		require.NotContains(t, r.body, `<a href="ui.js">`, target)
+	}
+	r := get(t, h, "/static/ui.js")
+	require.Equal(t, 200, r.status)
+	require.Contains(t, r.header.Get("Content-Type"), "javascript")
+}

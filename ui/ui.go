@@ -200,7 +200,15 @@ func New(cfg *Config) (*Handler, error) {
 		h.pages[name] = t
 	}
 	static, _ := fs.Sub(staticFS, "static")
-	h.mux.Handle("/static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	files := http.StripPrefix("/static/", http.FileServerFS(static))
+	h.mux.HandleFunc("/static/", func(w http.ResponseWriter, r *http.Request) {
+		// Files only: no directory listing.
+		if fi, err := fs.Stat(static, strings.TrimPrefix(r.URL.Path, "/static/")); err != nil || fi.IsDir() {
+			h.fail(w, r, http.StatusNotFound, "no page at "+store.QuoteInput(r.URL.Path))
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	h.mux.HandleFunc("/{$}", h.page(h.streamsPage))
 	h.mux.HandleFunc("/stream", h.page(h.streamPage))
 	h.mux.HandleFunc("/gaps", h.page(h.gapsPage))
