@@ -118,7 +118,11 @@
 // Content-Security-Policy (script-src 'self', no inline script or style,
 // frame-ancestors 'none'), X-Content-Type-Options: nosniff,
 // X-Frame-Options: DENY and Referrer-Policy: no-referrer; pages are
-// Cache-Control: no-store.
+// Cache-Control: no-store. With Config.AllowedHosts, a request whose Host
+// is not listed answers 403 before anything else: on a loopback address
+// this refuses the requests a web page sends through a name of its own
+// pointed at the machine (DNS rebinding), which a browser would
+// otherwise treat as that page's own origin; `seqlease serve` sets it.
 //
 // # Failure handling
 //

@@ -124,3 +124,28 @@ func TestStaticNoListing(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	require.Contains(t, r.header.Get("Content-Type"), "javascript")
 }
+
+// With AllowedHosts, a request for another host (a DNS rebinding page's
+// name) is refused before anything is read.
+func TestAllowedHosts(t *testing.T) {
+	s := memory.New(nil)
+	fill(t, s, "orders")
+	h := newHandler(t, s, &ui.Config{AllowedHosts: []string{"localhost", "127.0.0.1", "::1", "Ops.Example"}})
+	for _, host := range []string{"localhost", "LOCALHOST:8080", "127.0.0.1:8080", "[::1]:8080", "[::1]", "ops.example"} {
+		r := get(t, h, "http://"+host+"/stream?name=orders")
+		require.Equal(t, 200, r.status, host)
+	}
+	for _, host := range []string{"attacker.example", "attacker.example:8080", "127.0.0.2", "localhost.attacker.example", "[::2]:80"} {
+		r := get(t, h, "http://"+host+"/stream?name=orders")
+		require.Equal(t, 403, r.status, host)
+		require.NotContains(t, r.body, "alert(&#39;payload", host)
+	}
+	r := get(t, newHandler(t, s, nil), "http://attacker.example/")
+	require.Equal(t, 200, r.status, "without AllowedHosts any host is answered")
+	for _, bad := range []string{"", "localhost:8080", "[::1]", "a b"} {
+		_, err := ui.New(&ui.Config{Store: s, AllowedHosts: []string{bad}})
+		var ce *ui.ConfigError
+		require.ErrorAs(t, err, &ce, bad)
+		require.Equal(t, "AllowedHosts", ce.Field)
+	}
+}

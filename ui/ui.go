@@ -10,6 +10,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -121,6 +122,15 @@ type Config struct {
 	// Logger receives the store errors of requests and, with Actions, a
 	// record of every action at INFO; nil discards them.
 	Logger *slog.Logger
+	// AllowedHosts are the host names (or IP addresses) the handler
+	// answers for, matched case-insensitively against the request's Host
+	// without its port; a request for any other host answers 403. Default
+	// (nil): any host, the application's server deciding. A server on a
+	// loopback address should list its names: a web page can make a
+	// browser send requests to it under a name the page's author controls
+	// (DNS rebinding) and read the answers. IPv6 addresses without
+	// brackets.
+	AllowedHosts []string
 	// Actions turns on the actions (force-release, resolve expired entries,
 	// fill a gap) for the operators its Authenticate names; nil (the
 	// default) leaves the interface read-only: no action form, and every
@@ -133,7 +143,8 @@ type Config struct {
 // routes when Config.Actions is set.
 type Handler struct {
 	cfg   Config
-	act   *actions // nil: read-only
+	hosts map[string]bool // nil: any host
+	act   *actions        // nil: read-only
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 }
@@ -184,6 +195,15 @@ func New(cfg *Config) (*Handler, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{cfg: c, pages: map[string]*template.Template{}, mux: http.NewServeMux()}
+	if c.AllowedHosts != nil {
+		h.hosts = map[string]bool{}
+		for _, host := range c.AllowedHosts {
+			if host == "" || strings.ContainsAny(host, "/[]@ ") || (strings.Contains(host, ":") && net.ParseIP(host) == nil) {
+				return bad("AllowedHosts", "has %s: want a host name or an IP address, without port or brackets", store.QuoteInput(host))
+			}
+			h.hosts[strings.ToLower(host)] = true
+		}
+	}
 	if c.Actions != nil {
 		a, err := newActions(c.Store, c.Actions)
 		if err != nil {
@@ -245,6 +265,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Referrer-Policy", "no-referrer")
+	if !h.allowedHost(r) {
+		h.fail(w, r, http.StatusForbidden, "host "+store.QuoteInput(r.Host)+" not allowed: open this interface by one of its own names")
+		return
+	}
 	posted := h.act != nil && r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/actions/")
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && !posted {
 		hd.Set("Allow", "GET, HEAD")
@@ -259,6 +283,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = &r2
 	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// allowedHost reports whether r's Host is one of Config.AllowedHosts.
+func (h *Handler) allowedHost(r *http.Request) bool {
+	if h.hosts == nil {
+		return true
+	}
+	host := r.Host
+	if hp, _, err := net.SplitHostPort(host); err == nil {
+		host = hp
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return h.hosts[strings.ToLower(host)]
 }
 
 // httpError is an answer other than 200: its status and message.

@@ -21,6 +21,10 @@ readers with their lag. Pages refresh themselves every -refresh where
 JavaScript runs and work without it. It only reads, and has no
 authentication: the default address answers this machine only; bind
 another (e.g. -addr :8080) only behind something that authenticates.
+It answers requests for localhost, 127.0.0.1, [::1] and the host of
+-addr only (others get 403), so that a web page cannot read it through a
+name of its own pointed at this machine (DNS rebinding); -allow-host
+adds a name it is reached by (repeatable).
 With -json the address is printed as {"url": ...}.`
 
 // serveRow is the serve command's JSON: where it listens.
@@ -28,11 +32,30 @@ type serveRow struct {
 	URL string `json:"url"`
 }
 
+// serveHosts are the hosts serve answers for: the loopback names, the host
+// of addr as given and as bound (unless unspecified, as in ":8080"), and
+// the -allow-host ones.
+func serveHosts(addr string, bound net.Addr, extra []string) []string {
+	hosts := []string{"localhost", "127.0.0.1", "::1"}
+	if h, _, err := net.SplitHostPort(addr); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	if ta, ok := bound.(*net.TCPAddr); ok && !ta.IP.IsUnspecified() {
+		hosts = append(hosts, ta.IP.String())
+	}
+	return append(hosts, extra...)
+}
+
 // serve runs the web interface until ctx ends.
 func (c *cli) serve(ctx context.Context, args []string) error {
 	fs := c.flags("serve")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address, host:port (port 0: any free port)")
 	refresh := fs.Duration("refresh", ui.DefaultRefresh, "how often the pages refresh where JavaScript runs (0: never)")
+	var hosts []string
+	fs.Func("allow-host", "a host name or IP address the interface also answers for (repeatable)", func(v string) error {
+		hosts = append(hosts, v)
+		return nil
+	})
 	if _, err := c.positional(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -45,16 +68,18 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err := c.connect(ctx); err != nil {
 		return err
 	}
-	h, err := ui.New(&ui.Config{Store: c.store, Refresh: *refresh})
-	if err != nil {
-		return err
-	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	h, err := ui.New(&ui.Config{Store: c.store, Refresh: *refresh, AllowedHosts: serveHosts(*addr, ln.Addr(), hosts)})
+	if err != nil {
+		ln.Close()
+		return usagef("serve: -allow-host: %v", err)
+	}
 	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
-		fmt.Fprintf(c.errOut, "seqlease: serve: %s answers other machines, without authentication\n", ln.Addr())
+		fmt.Fprintf(c.errOut, "seqlease: serve: %s answers other machines, without authentication "+
+			"(and only for the names localhost, 127.0.0.1, ::1 and -allow-host ones)\n", ln.Addr())
 	}
 	url := "http://" + ln.Addr().String() + "/"
 	if c.json {

@@ -34,7 +34,7 @@ func TestServe(t *testing.T) {
 	var errOut strings.Builder
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"-dsn", pgtest.URL(), "-schema", schema, "-json", "serve", "-addr", "127.0.0.1:0"}, pw, &errOut)
+		done <- run(ctx, []string{"-dsn", pgtest.URL(), "-schema", schema, "-json", "serve", "-addr", "127.0.0.1:0", "-allow-host", "ops.example"}, pw, &errOut)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')
@@ -47,6 +47,18 @@ func TestServe(t *testing.T) {
 		require.Regexp(t, snakeCase, k)
 	}
 
+	for host, status := range map[string]int{"attacker.example": http.StatusForbidden, "attacker.example:80": http.StatusForbidden,
+		"localhost": http.StatusOK, "ops.example:8080": http.StatusOK, "": http.StatusOK} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, got.URL, nil)
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host // as a DNS rebinding page's requests name it
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, status, res.StatusCode, "Host %q", host)
+	}
 	body := httpGet(t, got.URL, http.StatusOK)
 	require.Contains(t, body, "&lt;orders&gt;")
 	require.NotContains(t, body, "<orders>")
@@ -86,6 +98,9 @@ func TestServeRefusals(t *testing.T) {
 	code, _, errOut = seqlease(t, "serve", "-addr", "256.0.0.1:0")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "serve: listen tcp")
+	code, _, errOut = seqlease(t, "serve", "-addr", "127.0.0.1:0", "-allow-host", "ops.example:8080")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "AllowedHosts")
 	code, out, _ := seqlease(t, "serve", "-h")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `(default "127.0.0.1:8080")`)
