@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -43,7 +44,7 @@ type AuthenticateFunc func(r *http.Request) (actor string, err error)
 
 // Defaults of ActionsConfig.
 const (
-	DefaultTokenTTL       = time.Hour
+	DefaultTokenTTL       = 10 * time.Minute
 	DefaultMaxReasonBytes = 200
 	// MinSecretBytes is the shortest ActionsConfig.Secret accepted.
 	MinSecretBytes = 32
@@ -61,8 +62,10 @@ type ActionsConfig struct {
 	// tokens do not outlive the process and are not shared by replicas:
 	// give every replica the same Secret behind a load balancer.
 	Secret []byte
-	// TokenTTL is how long a confirmation page's token is accepted;
-	// default DefaultTokenTTL (1 h).
+	// TokenTTL is how long a confirmation page's token is accepted, and
+	// how long the page an action leads to shows its result; default
+	// DefaultTokenTTL (10 minutes). A token has no nonce: until it
+	// expires, its operator can post it again (see docs/ui.md).
 	TokenTTL time.Duration
 	// TrustedOrigins are origins ("https://ops.example.com") allowed to
 	// post actions besides the request's own host, as
@@ -243,28 +246,63 @@ func (a *actions) checkToken(tok, actor, action string, fields []string) error {
 	return nil
 }
 
-// signResult returns the query of a page showing msg, the result of an
-// action: the message and its MAC, so that a link cannot make a page show
-// a result no action had.
-func (a *actions) signResult(msg string) (string, string) {
-	return msg, base64.RawURLEncoding.EncodeToString(a.mac("seqlease-ui-result-v1", msg))
+// result is what an action did, shown on the page it was about: the
+// store's outcome, and the operator's reason and name, shown apart from
+// it (the reason is free text).
+type result struct {
+	Message, Reason, Actor string
 }
 
-// result returns the signed result message of r's query, or "".
-func (h *Handler) result(r *http.Request) string {
+// resultKeys are the query parameters of a result.
+var resultKeys = []string{"done", "reason", "by", "exp", "sig"}
+
+// resultTarget is the page a result is for: path (relative, as link makes
+// it) and its query without the result's own parameters, keys sorted.
+func resultTarget(path string, q url.Values) string {
+	q = maps.Clone(q)
+	for _, k := range resultKeys {
+		delete(q, k)
+	}
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// resultQuery returns the query parameters that make page back show res
+// until the token TTL passes: res, its expiry and a MAC of both and of
+// back, so that a link can neither make a page show a result no action
+// had, nor show a real one on another page or later.
+func (a *actions) resultQuery(back string, res result) (url.Values, error) {
+	u, err := url.Parse(back)
+	if err != nil {
+		return nil, err // a bug: back is made by link
+	}
+	exp := strconv.FormatInt(a.now().Add(a.ttl).Unix(), 10)
+	mac := a.mac("seqlease-ui-result-v2", res.Message, res.Reason, res.Actor, exp, resultTarget(u.Path, u.Query()))
+	return url.Values{"done": {res.Message}, "reason": {res.Reason}, "by": {res.Actor}, "exp": {exp},
+		"sig": {base64.RawURLEncoding.EncodeToString(mac)}}, nil
+}
+
+// result returns the signed result of r's query if it is for r's page and
+// has not expired; else nil.
+func (h *Handler) result(r *http.Request) *result {
 	if h.act == nil {
-		return ""
+		return nil
 	}
 	q := r.URL.Query()
-	msg, sig := q.Get("done"), q.Get("sig")
-	if msg == "" {
-		return ""
+	res := result{Message: q.Get("done"), Reason: q.Get("reason"), Actor: q.Get("by")}
+	exps := q.Get("exp")
+	exp, err := strconv.ParseInt(exps, 10, 64)
+	if res.Message == "" || err != nil || !h.act.now().Before(time.Unix(exp, 0)) {
+		return nil
 	}
-	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, h.act.mac("seqlease-ui-result-v1", msg)) {
-		return ""
+	got, err := base64.RawURLEncoding.DecodeString(q.Get("sig"))
+	target := resultTarget(strings.TrimPrefix(r.URL.Path, "/"), q)
+	if err != nil || !hmac.Equal(got, h.act.mac("seqlease-ui-result-v2", res.Message, res.Reason, res.Actor, exps, target)) {
+		return nil
 	}
-	return msg
+	return &res
 }
 
 // ValidateReason checks an action's reason: required, at most max bytes of
@@ -432,39 +470,43 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
-	back, msg, err := h.perform(ctx, w, r, action, fields)
+	back, res, err := h.perform(ctx, w, r, action, fields)
 	if err != nil {
 		h.answer(w, r, err, "the action failed")
 		return
 	}
-	m, sig := h.act.signResult(msg)
+	rq, err := h.act.resultQuery(back, res)
+	if err != nil {
+		h.answer(w, r, err, "the action's result could not be shown")
+		return
+	}
 	sep := "?"
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
 	// Relative to /actions/ACTION, so that it holds under any prefix.
-	w.Header().Set("Location", "../"+back+sep+url.Values{"done": {m}, "sig": {sig}}.Encode())
+	w.Header().Set("Location", "../"+back+sep+rq.Encode())
 	w.WriteHeader(http.StatusSeeOther)
 }
 
 // perform checks r and runs action: the page to go back to and the result,
 // or the error to answer.
-func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Request, action string, fields []string) (string, string, error) {
+func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Request, action string, fields []string) (string, result, error) {
 	if err := h.act.origins.Check(r); err != nil {
 		h.cfg.Logger.WarnContext(ctx, "ui: action refused: cross-origin", slog.String("action", action), slog.Any("error", err))
-		return "", "", errCrossOrigin
+		return "", result{}, errCrossOrigin
 	}
 	actor, err := h.authenticate(r)
 	if err != nil {
-		return "", "", err
+		return "", result{}, err
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	if err := r.ParseForm(); err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			return "", "", &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is larger than %d bytes", maxForm)}
+			return "", result{}, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is larger than %d bytes", maxForm)}
 		}
-		return "", "", badRequest("the form could not be read: %v", err)
+		return "", result{}, badRequest("the form could not be read: %v", err)
 	}
 	f := r.PostForm
 	values := make([]string, len(fields))
@@ -473,11 +515,11 @@ func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	if err := h.act.checkToken(f.Get("token"), actor, action, values); err != nil {
 		h.cfg.Logger.WarnContext(ctx, "ui: action refused: token", slog.String("action", action), slog.String("actor", actor), slog.Any("error", err))
-		return "", "", err
+		return "", result{}, err
 	}
 	reason := f.Get("reason")
 	if err := ValidateReason(reason, h.act.maxReason); err != nil {
-		return "", "", badRequest("reason %s: %v", store.QuoteInput(reason), err)
+		return "", result{}, badRequest("reason %s: %v", store.QuoteInput(reason), err)
 	}
 	attrs := []slog.Attr{slog.String("action", action), slog.String("actor", actor), slog.String("reason", reason)}
 	for i, n := range fields {
@@ -499,11 +541,11 @@ func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Re
 	if err != nil {
 		attrs = append(attrs, slog.String("outcome", "refused"), slog.Any("error", err))
 		h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "ui: action", attrs...)
-		return "", "", err
+		return "", result{}, err
 	}
 	attrs = append(attrs, slog.String("outcome", "done"), slog.String("result", msg))
 	h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "ui: action", attrs...)
-	return back, msg + " Reason: " + reason + " (by " + actor + ")", nil
+	return back, result{Message: msg, Reason: reason, Actor: actor}, nil
 }
 
 // forceRelease ends every live lease of owner, the holder of name with

@@ -215,7 +215,7 @@ func TestActionsSucceed(t *testing.T) {
 				require.Equal(t, http.StatusOK, page.status, page.body)
 				requireSafe(t, page)
 				require.NotContains(t, page.body, `<script>alert("reason")`)
-				require.Contains(t, page.body, `Reason: &lt;script&gt;alert(&#34;reason&#34;)&lt;/script&gt;&#39;&amp; (by alice)`)
+				require.Contains(t, page.body, `Reason: <q class="reason">&lt;script&gt;alert(&#34;reason&#34;)&lt;/script&gt;&#39;&amp;</q> (by <span class="actor">alice</span>)`)
 				require.Contains(t, page.body, `id="result"`)
 
 				// A tampered result is not shown.

@@ -79,6 +79,13 @@
 // action link or form is rendered, the confirmation pages answer 404 and a
 // POST 405: no action is reachable without an authentication function.
 //
+// A token has no nonce and the handler keeps no state: until it expires
+// (ActionsConfig.TokenTTL) its operator may post it again, and the
+// store's state checks (holder and fence, an open gap, a parked entry)
+// refuse most such replays. The result message is signed with the page
+// it is for and the same expiry, and shows the operator's free-text
+// reason quoted, apart from the store's outcome.
+//
 // # Design
 //
 // The pages are rendered on the server by html/template from templates

@@ -2,6 +2,9 @@ package ui_test
 
 import (
 	"context"
+	"net/http"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,4 +151,33 @@ func TestAllowedHosts(t *testing.T) {
 		require.ErrorAs(t, err, &ce, bad)
 		require.Equal(t, "AllowedHosts", ce.Field)
 	}
+}
+
+// An action's result shows only on the page it was about, until the token
+// TTL passes, with the operator's reason set apart from the store's
+// outcome.
+func TestResultBoundToPageAndTime(t *testing.T) {
+	b := prepareActions(t, memory.New(nil))
+	f := form(t, b.h, q("/give-up", "stream", "parked", "number", "2"), operator)
+	f.Set("reason", "Your session expired: log in again at https://evil.example")
+	r := request(t, b.h, http.MethodPost, "/actions/give-up", f, operator)
+	require.Equal(t, http.StatusSeeOther, r.status, r.body)
+	u, err := url.Parse(strings.TrimPrefix(r.header.Get("Location"), "../"))
+	require.NoError(t, err)
+	shown := func(target string) bool { return strings.Contains(get(t, b.h, target).body, `id="result"`) }
+
+	page := get(t, b.h, "/"+u.String()).body
+	require.Contains(t, page, `Reason: <q class="reason">Your session expired: log in again at https://evil.example</q> (by <span class="actor">alice</span>)`)
+	for _, other := range []string{"/leases?", "/?", "/gaps?", "/parked?stream=other&", "/stream?name=parked&"} {
+		require.False(t, shown(other+u.RawQuery), "a result for %s shown on %s", u.Path, other)
+	}
+	for _, k := range []string{"done", "reason", "by", "exp"} {
+		v := u.Query()
+		v.Set(k, v.Get(k)+"1")
+		require.False(t, shown("/"+u.Path+"?"+v.Encode()), "%s altered", k)
+	}
+	b.offset.Store(int64(ui.DefaultTokenTTL + time.Second))
+	require.False(t, shown("/"+u.String()), "an expired result is shown")
+	b.offset.Store(0)
+	require.True(t, shown("/"+u.String()))
 }

@@ -317,9 +317,9 @@ type view struct {
 	Title   string
 	Page    string // the nav entry to highlight
 	Now     time.Time
-	Refresh int    // seconds; 0: no refresh
-	Actions bool   // the action links are shown
-	Result  string // the result of the action that led here
+	Refresh int     // seconds; 0: no refresh
+	Actions bool    // the action links are shown
+	Result  *result // the result of the action that led here
 	Data    any
 }
 
