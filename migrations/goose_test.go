@@ -108,7 +108,7 @@ func TestGooseFilesApply(t *testing.T) {
 		}
 		require.NoError(t, tx.Commit(b.ctx))
 	}
-	require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "lease_waiters", "leases", "pending_hooks", "settings", "streams"}, tables())
+	require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "lease_waiters", "leases", "pending_hooks", "recovery_stats", "settings", "streams"}, tables())
 	ms := migrations.Migrations()
 	for i := len(ms) - 1; i >= 0; i-- {
 		for _, stmt := range gooseSplit(t, ms[i].Goose(), "down") {

@@ -127,7 +127,7 @@ func TestUpFromScratchThenIdempotent(t *testing.T) {
 			applied, err := m.Up(b.ctx, b.pool)
 			require.NoError(t, err)
 			require.Equal(t, migrations.Migrations(), applied)
-			require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "lease_waiters", "leases", "pending_hooks", "seqlease_migrations", "settings", "streams"}, b.tables(t))
+			require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "lease_waiters", "leases", "pending_hooks", "recovery_stats", "seqlease_migrations", "settings", "streams"}, b.tables(t))
 			require.Equal(t, migVersions(migrations.Migrations()), b.tracked(t))
 
 			applied, err = m.Up(b.ctx, b.pool)
@@ -196,7 +196,7 @@ func TestDownThenUpRoundTrip(t *testing.T) {
 			applied, err := m.Up(b.ctx, b.pool)
 			require.NoError(t, err)
 			require.Equal(t, all, applied)
-			require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "lease_waiters", "leases", "pending_hooks", "seqlease_migrations", "settings", "streams"}, b.tables(t))
+			require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "lease_waiters", "leases", "pending_hooks", "recovery_stats", "seqlease_migrations", "settings", "streams"}, b.tables(t))
 		})
 	}
 }
@@ -239,7 +239,7 @@ func TestDownInvalidSteps(t *testing.T) {
 		require.Nil(t, reverted)
 	}
 	require.Equal(t, migVersions(migrations.Migrations()), b.tracked(t))
-	require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "lease_waiters", "leases", "pending_hooks", "seqlease_migrations", "settings", "streams"}, b.tables(t))
+	require.Equal(t, []string{"checkpoints", "entries", "inbox", "lease_history", "lease_waiters", "leases", "pending_hooks", "recovery_stats", "seqlease_migrations", "settings", "streams"}, b.tables(t))
 }
 
 func TestDownOnMissingSchemaCreatesNothing(t *testing.T) {

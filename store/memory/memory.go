@@ -28,11 +28,12 @@ type Store struct {
 	watchMu sync.Mutex                   // serialises changes to sinks
 	sinks   atomic.Pointer[[]store.Sink] // copy on write; read without a lock
 
-	named namedLeases  // named leases: namedlease.go
-	hooks pendingHooks // pending hooks: hooks.go
-	inbox inbox        // inbox records: inbox.go
-	ckpt  checkpoints  // reader checkpoints: checkpoint.go
-	conf  settings     // the settings table: settings.go
+	named  namedLeases   // named leases: namedlease.go
+	hooks  pendingHooks  // pending hooks: hooks.go
+	inbox  inbox         // inbox records: inbox.go
+	ckpt   checkpoints   // reader checkpoints: checkpoint.go
+	conf   settings      // the settings table: settings.go
+	rstats recoveryStats // the recovery_stats table: recoverystats.go
 }
 
 // New returns an empty Store.

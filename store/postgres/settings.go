@@ -32,7 +32,8 @@ WITH d AS (DELETE FROM {s}.settings WHERE key = $1 RETURNING key)
 SELECT count(*) FROM d, LATERAL pg_notify($2, 'g' || chr(9) || d.key) n`
 )
 
-// settingsSQL returns a settings statement for this Store's schema.
+// settingsSQL returns a statement of the settings or the recovery_stats
+// table for this Store's schema.
 func (s *Store) settingsSQL(tmpl string) string {
 	return strings.ReplaceAll(tmpl, "{s}", pgx.Identifier{s.channel}.Sanitize())
 }

@@ -52,6 +52,9 @@ func capabilities(s Store) []group[Store] {
 	if _, ok := s.(store.ResolutionReader); ok {
 		out = append(out, group[Store]{"ReadResolutions", testReadResolutions})
 	}
+	if _, ok := s.(store.RecoveryHistory); ok {
+		out = append(out, group[Store]{"RecoveryHistory", testRecoveryHistory})
+	}
 	if _, ok := s.(Interrupter); ok {
 		out = append(out, group[Store]{"Interrupted", testInterrupted})
 	}
