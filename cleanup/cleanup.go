@@ -124,6 +124,7 @@ type Service struct {
 	lastLatency time.Duration
 	attempts    map[string]attempt   // failed recoveries, by stream; under mu
 	refused     map[string]time.Time // streams whose recoveries the store refused (lost history), by finding: few, kept; under mu
+	history     historySync          // the pipeline's recovery history, synced with the store; under mu
 
 	wake   wake   // streams waiting behind a live lease
 	status status // what the full cycles came to (Status)

@@ -53,7 +53,13 @@ func (sv *Service) run(ctx context.Context, streams []string) (res CycleResult, 
 		sv: sv, full: streams == nil, res: CycleResult{Full: streams == nil, Resolved: map[string]int{}},
 		leads: map[string]Leadership{}, done: map[string]bool{}, deferred: map[string]bool{}, failed: map[string]bool{},
 	}
+	if !sv.history.loaded {
+		sv.syncHistory(ctx) // a restart reads what earlier processes recorded
+	}
 	scanned, scanErr := c.scan(ctx, streams)
+	if sv.history.dirty.Load() {
+		sv.syncHistory(ctx)
+	}
 	switch {
 	case ctx.Err() != nil:
 		err = ctx.Err()

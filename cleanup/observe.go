@@ -2,6 +2,8 @@ package cleanup
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 
 	"github.com/seqlease/seqlease/recovery"
 	"github.com/seqlease/seqlease/store"
@@ -52,13 +54,43 @@ func (sv *Service) startRecovery(ctx context.Context, e store.Entry) (context.Co
 }
 
 // step reports one step tried on e to the StepObserver and to the
-// pipeline's rate filter. A step that found the entry resolved elsewhere tells the filter
-// nothing about the step.
+// pipeline (its rate filter and recovery history: recovery.Pipeline.Outcome).
+// A step that found the entry resolved elsewhere tells the pipeline nothing
+// about the step.
 func (sv *Service) step(ctx context.Context, e store.Entry, step string, r recovery.Result, err error) {
 	if so, ok := sv.observer.(StepObserver); ok {
 		so.Step(ctx, e, step, r, err)
 	}
 	if !r.Elsewhere {
-		sv.pipeline.Record(step, e.Kind, err == nil && r.Recovered)
+		sv.pipeline.Outcome(step, e.Kind, r, err)
+		sv.history.dirty.Store(true)
 	}
+}
+
+// historySync is when the loop syncs the pipeline's recovery history with
+// the store (recovery.Pipeline.SyncHistory): before its first cycle, so a
+// restart reads the record back, and after each cycle that tried a step,
+// so its outcomes are kept and the record of other processes is read.
+type historySync struct {
+	loaded bool        // read once; under Service.mu
+	dirty  atomic.Bool // a step was tried since the last sync
+}
+
+// syncHistory syncs the recovery history, within the query timeout; a
+// failure is logged and tried again after the next cycle (the outcomes
+// stay in the pipeline meanwhile).
+func (sv *Service) syncHistory(ctx context.Context) {
+	sv.history.dirty.Store(false)
+	qctx, cancel := context.WithTimeout(ctx, sv.qTimeout)
+	err := sv.pipeline.SyncHistory(qctx)
+	cancel()
+	if err != nil {
+		sv.history.dirty.Store(true)
+		if ctx.Err() == nil {
+			sv.logger.Warn("cleanup: could not sync the recovery history with the store; the selector sees this process's record meanwhile",
+				slog.Any("error", err))
+		}
+		return
+	}
+	sv.history.loaded = true
 }

@@ -116,7 +116,11 @@ func (w *walk) handle(ctx context.Context, e store.Entry) bool {
 		}
 		return false
 	}
-	p := sv.pipeline.Select(w.level, e.Kind)
+	now := w.seenAt // zero when the database clock could not be read: not tried again per entry
+	if w.c.haveOffset {
+		now = w.c.dbNow(ctx)
+	}
+	p := sv.pipeline.SelectFor(recovery.Situation{Level: w.level, Entry: e, Now: now})
 	rctx, end := sv.startRecovery(ctx, e)
 	observe := func(step string, r recovery.Result, err error) {
 		if !errors.Is(err, store.ErrHistoryLost) { // refused, not failed: see refused

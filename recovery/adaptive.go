@@ -172,7 +172,17 @@ func (f *RateFilter) window() int { return min(f.Window, MaxRateWindow) }
 
 // Select implements Selector.
 func (f *RateFilter) Select(level Level, kind string) Steps {
-	steps := f.Selector.Select(level, kind)
+	return f.filter(f.Selector.Select(level, kind), kind)
+}
+
+// SelectSituation implements SituationSelector: it asks the wrapped
+// Selector with the whole Situation when it is a SituationSelector.
+func (f *RateFilter) SelectSituation(s Situation) Steps {
+	return f.filter(selectFor(f.Selector, s), s.Entry.Kind)
+}
+
+// filter leaves out of steps those whose rate for kind is too low.
+func (f *RateFilter) filter(steps Steps, kind string) Steps {
 	if len(steps) < 2 || f.window() <= 0 {
 		return steps
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/seqlease/seqlease/store"
 )
@@ -114,6 +115,7 @@ type Pipeline struct {
 	owner       string
 	maxAttempts int
 	onExhausted Exhausted
+	hist        *history
 }
 
 // New returns the Pipeline cfg describes on s, or an error matching
@@ -142,6 +144,10 @@ func New(s Store, cfg *Config) (*Pipeline, error) {
 		return nil, fmt.Errorf("recovery: Config.Owner: %w", err)
 	}
 	p := &Pipeline{selector: cfg.Selector, probe: cfg.Probe, pool: cfg.PoolSaturation, owner: owner, maxAttempts: cfg.MaxAttempts, onExhausted: cfg.OnExhausted}
+	p.hist = &history{now: time.Now}
+	if rh, ok := s.(store.RecoveryHistory); ok {
+		p.hist.store = rh
+	}
 	if p.selector == nil {
 		sel := StepSelector{Gap: Gap(s)}
 		if cfg.WorkTracker != nil {
@@ -182,6 +188,47 @@ func (p *Pipeline) Level(ctx context.Context, s Signals) Level {
 func (p *Pipeline) Select(level Level, kind string) Steps {
 	return p.selector.Select(level, kind)
 }
+
+// SelectFor returns the steps to run on s.Entry: the Selector's (its
+// SelectSituation when it is a SituationSelector, else Select with the
+// level and kind), less those the rate filter skips. It fills in
+// s.SinceExpiry from s.Now when that is zero, and s.History with the
+// record of the entry's kind (History).
+func (p *Pipeline) SelectFor(s Situation) Steps {
+	if s.SinceExpiry == 0 && !s.Now.IsZero() && !s.Entry.ExpiresAt.IsZero() {
+		s.SinceExpiry = max(s.Now.Sub(s.Entry.ExpiresAt), 0)
+	}
+	if s.History == nil {
+		s.History = p.History(s.Entry.Kind)
+	}
+	return selectFor(p.selector, s)
+}
+
+// History returns the recovery record of kind, by step name: what
+// SyncHistory last read from the store (store.RecoveryHistory), plus the
+// outcomes this Pipeline noted since. A store without a record keeps it in
+// this process only. The caller's copy.
+func (p *Pipeline) History(kind string) History { return p.hist.of(kind) }
+
+// Outcome notes the outcome of one attempt of step on an entry of kind: r
+// and err as the step reported them. It feeds the rate filter (as Record)
+// and the recovery history (History); an entry found resolved elsewhere
+// (r.Elsewhere) says nothing of the step and is not noted.
+func (p *Pipeline) Outcome(step, kind string, r Result, err error) {
+	if r.Elsewhere {
+		return
+	}
+	p.Record(step, kind, err == nil && r.Recovered)
+	p.hist.add(kind, step, r, err)
+}
+
+// SyncHistory writes the outcomes noted since the last sync to the store,
+// in one call, and reads the record of every kind back (at most
+// store.MaxListLimit kinds and steps), so the selector also sees what
+// other processes, and this one before a restart, recorded. The cleanup
+// loop calls it once per cycle. A failed write keeps the outcomes for the
+// next sync. Without a store.RecoveryHistory it does nothing.
+func (p *Pipeline) SyncHistory(ctx context.Context) error { return p.hist.syncStore(ctx) }
 
 // Record feeds the rate filter (Config.MinStepSuccessRate) the outcome of
 // one attempt of step on work of kind; without a filter it does nothing.
