@@ -228,20 +228,70 @@ func (x *Gaps) Count(ctx context.Context, stream string) (int64, error) {
 	return n, nil
 }
 
-// FillOpts are the options of Fill. Both fields are required.
+// FillOpts are the options of Fill. FilledBy and Policy are required.
 type FillOpts struct {
 	// FilledBy records who fills the gap (an operator, a tool).
 	FilledBy string
 	// Policy decides whether this gap may be filled.
 	Policy FillPolicy
+	// Operation is the operation that wants to fill the gap, for a
+	// RequestPolicy. Optional; its texts are checked as the store's.
+	Operation Operation
+}
+
+// Operation is the operation that wants to fill a gap: its id and kind of
+// work, as the caller names them.
+type Operation struct {
+	ID   string
+	Kind string
+}
+
+// FillRequest is what a RequestPolicy decides on: the gap, and the fill
+// that wants it.
+type FillRequest struct {
+	Gap       Gap
+	Operation Operation // FillOpts.Operation
+	FilledBy  string
+	Payload   []byte // the payload to commit: the policy must not change it
+}
+
+// RequestPolicy is a FillPolicy that sees the operation that wants to fill
+// the gap, not only the gap: Fill calls CanFill instead of CanBeFilled when
+// the policy has it.
+type RequestPolicy interface {
+	FillPolicy
+	CanFill(ctx context.Context, r FillRequest) (bool, error)
+}
+
+// RequestPolicyFunc adapts a function to a RequestPolicy. Its CanBeFilled
+// passes a FillRequest with only the gap.
+type RequestPolicyFunc func(ctx context.Context, r FillRequest) (bool, error)
+
+// CanBeFilled implements FillPolicy.
+func (f RequestPolicyFunc) CanBeFilled(ctx context.Context, g Gap) (bool, error) {
+	return f(ctx, FillRequest{Gap: g})
+}
+
+// CanFill calls f.
+func (f RequestPolicyFunc) CanFill(ctx context.Context, r FillRequest) (bool, error) {
+	return f(ctx, r)
+}
+
+// allows asks policy about r.
+func allows(ctx context.Context, policy FillPolicy, r FillRequest) (bool, error) {
+	if rp, ok := policy.(RequestPolicy); ok {
+		return rp.CanFill(ctx, r)
+	}
+	return policy.CanBeFilled(ctx, r.Gap)
 }
 
 // Fill commits payload under the open gap number, if the policy agrees, and
 // records FilledBy and the time. It refuses, changing nothing, with
 //
 //   - ErrNoPolicy when opts or opts.Policy is nil;
-//   - store.ErrInvalidArgument for an empty or invalid FilledBy or a bad
-//     stream or number, store.ErrPayloadTooLarge above Config.MaxPayload;
+//   - store.ErrInvalidArgument for an empty or invalid FilledBy, an invalid
+//     Operation, or a bad stream or number; store.ErrPayloadTooLarge above
+//     Config.MaxPayload;
 //   - ErrNotGap when the number is leased, committed or already filled;
 //   - ErrRecovered when the gap's work was recovered under another number,
 //     whatever the policy says;
@@ -257,6 +307,12 @@ func (x *Gaps) Fill(ctx context.Context, stream string, number int64, payload []
 	p := &store.FillParams{Payload: payload, FilledBy: opts.FilledBy}
 	if err := store.ValidateFill(stream, number, p); err != nil {
 		return fmt.Errorf("gap: fill %s/%d: %w", store.QuoteInput(stream), number, err)
+	}
+	if err := store.ValidateText("operation id", opts.Operation.ID); err != nil {
+		return fmt.Errorf("gap: fill %s/%d: FillOpts.Operation: %w", store.QuoteInput(stream), number, err)
+	}
+	if err := store.ValidateText("operation kind", opts.Operation.Kind); err != nil {
+		return fmt.Errorf("gap: fill %s/%d: FillOpts.Operation: %w", store.QuoteInput(stream), number, err)
 	}
 	if len(payload) > x.maxPayload {
 		return fmt.Errorf("gap: fill %s/%d: %w: %d bytes, limit %d",
@@ -275,7 +331,7 @@ func (x *Gaps) Fill(ctx context.Context, stream string, number int64, payload []
 	case g.RecoveredAs != 0:
 		return fmt.Errorf("gap: fill %s/%d: %w (as %d)", store.QuoteInput(stream), number, ErrRecovered, g.RecoveredAs)
 	}
-	ok, err := opts.Policy.CanBeFilled(ctx, g)
+	ok, err := allows(ctx, opts.Policy, FillRequest{Gap: g, Operation: opts.Operation, FilledBy: opts.FilledBy, Payload: payload})
 	switch {
 	case err != nil:
 		return fmt.Errorf("gap: fill %s/%d: policy: %w", store.QuoteInput(stream), number, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -402,5 +403,51 @@ func TestReaderSeesAFilledGapAsCommitted(t *testing.T) {
 			}
 		}
 		require.Equal(t, []int64{1, 3, 5, 6}, committed)
+	})
+}
+
+// TestFillPolicySeesOperation: a RequestPolicy sees the operation that
+// wants to fill the gap, its FilledBy and payload, and decides on them; a
+// bad Operation is refused before the policy is asked, changing nothing.
+func TestFillPolicySeesOperation(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, s storetest.Store) {
+		f := setup(t, s)
+		var asked []gap.FillRequest
+		policy := gap.RequestPolicyFunc(func(_ context.Context, r gap.FillRequest) (bool, error) {
+			asked = append(asked, r)
+			return r.Operation.Kind == r.Gap.Kind && r.Gap.Reason == store.ReasonReleased, nil
+		})
+		fill := func(op gap.Operation) error {
+			return f.g.Fill(f.ctx, f.stream, 2, []byte("redo"), &gap.FillOpts{FilledBy: "replayer", Policy: policy, Operation: op})
+		}
+		for desc, op := range map[string]gap.Operation{
+			"id with a control character":   {ID: "re\x00do", Kind: "projection"},
+			"kind with a control character": {ID: "redo-2", Kind: "pro\njection"},
+			"id too long":                   {ID: strings.Repeat("i", store.MaxTextLen+1)},
+		} {
+			require.ErrorIs(t, fill(op), store.ErrInvalidArgument, desc)
+		}
+		require.Empty(t, asked, "bad input is refused before the policy")
+
+		require.ErrorIs(t, fill(gap.Operation{ID: "redo-2", Kind: "billing"}), gap.ErrFillRefused, "another kind of work")
+		require.Len(t, asked, 1)
+		require.Equal(t, gap.Operation{ID: "redo-2", Kind: "billing"}, asked[0].Operation)
+		require.Equal(t, "replayer", asked[0].FilledBy)
+		require.Equal(t, []byte("redo"), asked[0].Payload)
+		f.requireGap(t, asked[0].Gap, 2, store.ReasonReleased, 2*time.Second, 0)
+		open, err := f.g.IsGap(f.ctx, f.stream, 2)
+		require.NoError(t, err)
+		require.True(t, open, "refused: still open")
+
+		require.NoError(t, fill(gap.Operation{ID: "redo-2", Kind: "projection"}))
+		g, err := f.g.Get(f.ctx, f.stream, 2)
+		require.NoError(t, err)
+		require.Equal(t, "replayer", g.FilledBy)
+
+		// A plain FillPolicy is still asked with the gap alone.
+		old := &countingPolicy{answer: true}
+		require.NoError(t, f.g.Fill(f.ctx, f.stream, 6, []byte("six"), &gap.FillOpts{FilledBy: "op", Policy: old, Operation: gap.Operation{ID: "x"}}))
+		require.Equal(t, int64(1), old.calls.Load())
 	})
 }
