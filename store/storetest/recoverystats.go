@@ -44,7 +44,7 @@ func testRecoveryHistory(t *testing.T, newStore func(t *testing.T) Store) {
 		add(2*time.Second, store.RecoveryTally{Kind: "orders", Method: "retry", Failed: 4})
 		add(3*time.Second, store.RecoveryTally{Kind: "orders", Method: "gap", Declined: 1})
 		add(time.Millisecond, store.RecoveryTally{Kind: "orders", Method: "gap", Recovered: 1}) // an earlier clock: times stay
-		add(4*time.Second)                                                                     // nothing: a no-op
+		add(4 * time.Second)                                                                    // nothing: a no-op
 		want := []store.RecoveryStat{
 			{Kind: "", Method: "gap", Declined: 1, UpdatedAt: b.time(time.Second)},
 			{Kind: "orders", Method: "gap", Recovered: 2, Declined: 1, LastRecoveredAt: b.time(time.Second), UpdatedAt: b.time(3 * time.Second)},
