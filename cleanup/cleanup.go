@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -94,7 +95,10 @@ type CycleResult struct {
 // Service is the cleanup loop.
 type Service struct {
 	store       Store
-	interval    time.Duration
+	interval    atomic.Int64    // time.Duration: Config.Interval, else the settings table's cleanup.interval, else DefaultInterval
+	settings    store.Settings  // nil: Config.Interval set, or no table
+	watcher     settingsWatcher // nil: no notices of the table's changes
+	retune      chan struct{}   // the table may have changed
 	pipeline    *recovery.Pipeline
 	maxAttempts int          // 0: never give up
 	park        bool         // park an entry at maxAttempts instead of declaring a gap
@@ -183,7 +187,6 @@ func New(s Store, cfg *Config) (*Service, error) {
 	}
 	sv := &Service{
 		store:       s,
-		interval:    cmp.Or(cfg.Interval, DefaultInterval),
 		pipeline:    pipeline,
 		maxAttempts: pipeline.MaxAttempts(),
 		park:        park,
@@ -204,6 +207,12 @@ func New(s Store, cfg *Config) (*Service, error) {
 		life:        lifecycle.New(ErrStopped),
 	}
 	sv.moveTxTime = cmp.Or(cfg.MoveTxTimeout, sv.qTimeout)
+	sv.interval.Store(int64(cmp.Or(cfg.Interval, DefaultInterval)))
+	if cfg.Interval == 0 {
+		sv.settings, _ = s.(store.Settings)
+		sv.watcher, _ = s.(settingsWatcher)
+	}
+	sv.retune = make(chan struct{}, 1)
 	sv.cascade.threshold = cmp.Or(cc.Threshold, DefaultCascadeThreshold)
 	sv.cascade.batch = cmp.Or(cc.Batch, DefaultCascadeBatch)
 	sv.cascade.delay = cmp.Or(cc.Delay, DefaultCascadeDelay)
@@ -243,6 +252,10 @@ func (sv *Service) Start(ctx context.Context) error {
 		sv.status.mu.Lock()
 		sv.status.st.Started = time.Now()
 		sv.status.mu.Unlock()
+		sv.applySettings(ctx)
+		if sv.settings != nil && sv.watcher != nil {
+			sv.life.Go(sv.watchSettings)
+		}
 		sv.wake.open(ctx)
 		if sv.durable != nil {
 			if err := sv.durable.start(ctx); err != nil {
@@ -287,7 +300,7 @@ func (sv *Service) Stop() {
 // off, a probe notices the store coming back after an outage and runs a
 // cycle at once.
 func (sv *Service) loop(ctx context.Context) {
-	initial := min(time.Second, sv.interval, sv.maxBackoff)
+	initial := min(time.Second, sv.period(), sv.maxBackoff)
 	bo := newPauses(initial, sv.maxBackoff)
 	next := time.NewTimer(0) // the first cycle runs at once
 	defer next.Stop()
@@ -306,6 +319,14 @@ func (sv *Service) loop(ctx context.Context) {
 		next.Reset(d)
 		nextAt = time.Now().Add(d)
 	}
+	// lastFull is when the last full cycle that listed began: the next
+	// one starts an interval after it, so a new interval from the
+	// settings table reschedules it (not while a failure backs off).
+	var lastFull time.Time
+	regular := func() time.Duration {
+		iv := sv.period()
+		return max(time.Until(lastFull.Add(iv+rand.N(iv/10+1))), 0)
+	}
 	recheck := time.NewTimer(0)
 	recheck.Stop()
 	defer recheck.Stop()
@@ -318,6 +339,11 @@ func (sv *Service) loop(ctx context.Context) {
 			full = true
 		case <-sv.wake.kicks:
 		case <-recheck.C:
+		case <-sv.retune:
+			if sv.applySettings(ctx) && !lastFull.IsZero() {
+				schedule(regular())
+			}
+			continue
 		case <-probe.C:
 			switch err := sv.answers(ctx); {
 			case err != nil:
@@ -343,6 +369,9 @@ func (sv *Service) loop(ctx context.Context) {
 		}
 		switch {
 		case !listed:
+			if full {
+				lastFull = time.Time{} // backing off: a new interval waits for the next cycle that lists
+			}
 			pause := bo.next()
 			sv.logger.Error("cleanup: cycle failed", slog.Any("error", err), slog.Duration("retry_in", pause))
 			if full || time.Now().Add(pause).Before(nextAt) {
@@ -359,7 +388,8 @@ func (sv *Service) loop(ctx context.Context) {
 			// after a cycle listed waits at most an interval (+ jitter)
 			// from that cycle's start, plus the cycle that resolves it.
 			bo.reset()
-			schedule(max(time.Until(began.Add(sv.interval+rand.N(sv.interval/10+1))), 0))
+			lastFull = began
+			schedule(regular())
 		case err != nil:
 			sv.logger.Warn("cleanup: re-run left streams unresolved; they are retried at the next cycle", slog.Any("error", err))
 		}

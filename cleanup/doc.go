@@ -36,6 +36,17 @@
 // optional sub-configs gather the rest: Config.Cascade (CascadeConfig,
 // below) and Config.Hooks (HooksConfig, below).
 //
+// The interval may come from the store's settings table instead
+// (store.Settings, key cleanup.interval), so a fleet agrees on it and an
+// operator retunes it without a redeploy: a Service whose Config.Interval
+// is zero reads the table in Start and again whenever the store's watch
+// (WatchLeases, a store.SettingsSink) announces a change or reconnects; the
+// loop then reschedules its next full cycle an interval after the start of
+// the last one. A watch rather than a read per cycle, because a cycle may
+// be as far as a day away: a change must not wait for it. A value New would
+// refuse is logged and the interval in force kept. An explicit
+// Config.Interval wins and opens no watch.
+//
 // # Order
 //
 // Each stream is walked in number order by one cleaner at a time, and the

@@ -17,7 +17,8 @@ type Status struct {
 	// Started is when Start started the loop; zero if it never did.
 	Started time.Time
 	// Interval is the time between the starts of two full cycles
-	// (Config.Interval), without the jitter.
+	// (Config.Interval, else the settings table's cleanup.interval),
+	// without the jitter.
 	Interval time.Duration
 	// LastPass is when the last full cycle that listed every expired lease
 	// ended (the loop's or RunOnce's): every lease that had expired before
@@ -60,7 +61,7 @@ func (sv *Service) Status() Status {
 	sv.status.mu.Lock()
 	st := sv.status.st
 	sv.status.mu.Unlock()
-	st.Interval = sv.interval
+	st.Interval = sv.period()
 	st.Running = sv.life.State() == lifecycle.Running
 	return st
 }

@@ -81,11 +81,15 @@ func mustDuration(v string) time.Duration {
 // Config field accepts, refused with the very error New gives that field
 // (against the default MaxTTL). A zero duration, which in Go means "the
 // default", is refused: delete the setting instead. It returns the value in
-// canonical form.
+// canonical form. A key of another package (cleanup.interval) is
+// store.ErrUnknownSetting here: cleanup.ValidateSetting checks every key.
 func ValidateSetting(key, value string) (string, error) {
 	v, err := store.NormalizeSetting(key, value)
 	if err != nil {
 		return "", err
+	}
+	if _, ours := settingFields[key]; !ours {
+		return "", fmt.Errorf("%w: %s is not a setting of package lease (cleanup.ValidateSetting checks every key)", store.ErrUnknownSetting, store.QuoteInput(key))
 	}
 	if err := checkSetting(key, v); err != nil {
 		return "", err

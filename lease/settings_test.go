@@ -112,6 +112,7 @@ func TestSettingsBadInputChangesNothing(t *testing.T) {
 			{store.SettingLeaseCleanupInterval, "-1m", store.ErrInvalidSetting, "must be positive"},
 			{store.SettingLeaseHistory, "yes please", store.ErrInvalidSetting, "lease.history"},
 			{"lease.ttl", "30s", store.ErrUnknownSetting, `"lease.ttl"`},
+			{store.SettingCleanupInterval, "30s", store.ErrUnknownSetting, "not a setting of package lease"},
 		} {
 			_, err := lease.SetSetting(t.Context(), tbl, c.key, c.value, "")
 			require.ErrorIs(t, err, c.want, "%s = %s", c.key, c.value)

@@ -23,8 +23,8 @@ const (
 )
 
 // The known settings: the defaults a fleet shares through the settings
-// table (Settings). Package lease applies them; each names the lease.Config
-// field it stands in for.
+// table (Settings). Package lease applies the lease.* keys, package cleanup
+// the cleanup.* keys; each names the Config field it stands in for.
 const (
 	SettingLeaseDefaultTTL       = "lease.default_ttl"       // duration: Config.DefaultTTL
 	SettingLeaseRenewShare       = "lease.renew_share"       // share: Config.RenewShare
@@ -34,6 +34,7 @@ const (
 	SettingLeaseHistoryRetention = "lease.history_retention" // duration: Config.HistoryRetention
 	SettingLeaseHistory          = "lease.history"           // bool: not Config.DisableHistory
 	SettingLeaseAutoExpiry       = "lease.auto_expiry"       // bool: the maintenance loop runs
+	SettingCleanupInterval       = "cleanup.interval"        // duration: cleanup.Config.Interval
 )
 
 // settingTypes are the known settings and their types.
@@ -46,6 +47,7 @@ var settingTypes = map[string]SettingType{
 	SettingLeaseHistoryRetention: SettingDuration,
 	SettingLeaseHistory:          SettingBool,
 	SettingLeaseAutoExpiry:       SettingBool,
+	SettingCleanupInterval:       SettingDuration,
 }
 
 // SettingKeys returns the known settings' keys, sorted.
