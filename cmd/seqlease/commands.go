@@ -112,8 +112,8 @@ func globalFlag(name string) bool { return name == "dsn" || name == "schema" || 
 
 const helpConfig = `
 Reads and changes the settings table of -schema: the defaults of named
-leases that every process on the schema follows, read at its Start and
-again on every change, without a redeploy.
+leases and of the cleanup loop that every process on the schema follows,
+read at its Start and again on every change, without a redeploy.
 
   config get          every known setting, set or not
   config get KEY      one setting
@@ -122,8 +122,8 @@ again on every change, without a redeploy.
   config unset KEY    remove it: the processes fall back to their Go
                       Config or the library default
 
-A field a process sets in its Go Config (lease.Config) wins over the
-table; the table wins over the library default. A value is checked before
+A field a process sets in its Go Config (lease.Config, cleanup.Config)
+wins over the table; the table wins over the library default. A value is checked before
 anything is written, with the error the Go Config gives its field: an
 unknown key, a value of the wrong type or out of range changes nothing.
 Durations are Go durations (30s, 1m30s), switches true or false. Keys:
@@ -136,7 +136,9 @@ Durations are Go durations (30s, 1m30s), switches true or false. Keys:
   lease.history_retention  duration  Config.HistoryRetention (negative: forever)
   lease.history            bool      false: Config.DisableHistory
   lease.auto_expiry        bool      false: the maintenance loop stops
-                                     marking expired holdings`
+                                     marking expired holdings
+  cleanup.interval         duration  cleanup.Config.Interval: the sequence
+                                     cleanup loop's period, (0, 24h]`
 
 const helpMigrate = `
 Applies (up), rolls back (down, -steps migrations) or lists (status) the

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/seqlease/seqlease/lease"
+	"github.com/seqlease/seqlease/cleanup"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -47,13 +47,14 @@ func (c *cli) config(ctx context.Context, args []string) error {
 		return usagef("config %s: -by is for set", action)
 	}
 	// Bad input is refused before connecting: nothing is changed.
+	// cleanup.ValidateSetting checks every key, lease.* with package lease.
 	if len(rest) > 0 {
 		if _, err := store.SettingTypeOf(rest[0]); err != nil {
 			return usagef("config %s: %v", action, err)
 		}
 	}
 	if action == "set" {
-		if _, err := lease.ValidateSetting(rest[0], rest[1]); err != nil {
+		if _, err := cleanup.ValidateSetting(rest[0], rest[1]); err != nil {
 			return usagef("config set: %v (nothing changed)", err)
 		}
 		if err := store.ValidateText("-by", *by); err != nil {
@@ -65,7 +66,7 @@ func (c *cli) config(ctx context.Context, args []string) error {
 	}
 	switch action {
 	case "set":
-		st, err := lease.SetSetting(ctx, c.store, rest[0], rest[1], *by)
+		st, err := cleanup.SetSetting(ctx, c.store, rest[0], rest[1], *by)
 		if err != nil {
 			return c.explain(err, "")
 		}

@@ -54,6 +54,7 @@ func TestConfig(t *testing.T) {
 		{[]string{"config", "set", "lease.max_renewals", "--", "-2"}, "Config.MaxRenewals -2 must not be negative"},
 		{[]string{"config", "set", "lease.default_ttl", "30"}, "is not a duration"},
 		{[]string{"config", "set", "lease.history", "on"}, `"true" or "false"`},
+		{[]string{"config", "set", "cleanup.interval", "48h"}, "cleanup: Config.Interval 48h0m0s must be in 0..24h0m0s"},
 		{[]string{"config", "set", "lease.history", "true", "-by", "a\x07b"}, "-by"},
 		{[]string{"config", "set", "lease.history"}, "wrong number of arguments"},
 		{[]string{"config", "get", "nope"}, "unknown setting"},
@@ -80,4 +81,9 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "Go Config")
 	require.Contains(t, out, "lease.auto_expiry")
+	require.Contains(t, out, "cleanup.interval")
+
+	code, out, errOut = seqlease(t, "-schema", schema, "config", "set", "cleanup.interval", "10s")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `cleanup\.interval\s+duration\s+10s`, out)
 }
