@@ -65,6 +65,15 @@ type MonitorResult struct {
 	// Active is how many live holdings the check saw (of MonitorConfig.Owner
 	// if set), the stuck ones included.
 	Active int
+	// Expired is how many holdings past their expiry the check saw that
+	// maintenance has not marked yet (store.LeaseStatusExpired): a holder
+	// that stopped renewing; a new acquire takes the name over.
+	Expired int
+	// Pending is how many waiters the check saw (store.LeaseStatusPending:
+	// blocked acquires, of Owner if set, announced within
+	// store.LeaseWaiterTTL), at most store.MaxListLimit; -1 when the store
+	// cannot list them (it is no WaiterLister; both backends are).
+	Pending int
 	// Stuck are the live holdings acquired at least StuckAfter ago, by name.
 	Stuck []Info
 	// Released is how many of Stuck the Monitor ended (ForceRelease).
@@ -155,22 +164,36 @@ func (mo *Monitor) loop(ctx context.Context) {
 	}
 }
 
-// Check runs one check now: it lists the live holdings (the listing, and
-// each release, bounded by the Manager's Config.QueryTimeout), reports the
-// stuck ones and, with ForceRelease, ends them. A holding that ended or
+// WaiterLister is implemented by a store that lists the waiters of names
+// (both backends): a Monitor counts them as pending.
+type WaiterLister interface {
+	ListLeaseWaiters(ctx context.Context, p *store.ListLeaseWaitersParams) ([]store.LeaseWaiter, error)
+}
+
+// Check runs one check now: it lists the live holdings and those expired
+// but not yet marked (the listing, and each release, bounded by the
+// Manager's Config.QueryTimeout) and the waiters, reports the stuck
+// holdings and, with ForceRelease, ends them. A holding that ended or
 // changed hands meanwhile is left alone. The listing pages through every
-// live holding (of Owner, if set) at each check.
+// holding (of Owner, if set) at each check.
 func (mo *Monitor) Check(ctx context.Context) (MonitorResult, error) {
 	m := mo.m
 	var res MonitorResult
 	qctx, cancel := m.queryContext(ctx)
-	ls, err := m.listAll(qctx, &store.ListLeasesParams{Owner: mo.cfg.Owner})
+	ls, err := m.listAll(qctx, &store.ListLeasesParams{Owner: mo.cfg.Owner, Expired: true})
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("lease: monitor: %w", err)
 	}
-	res.Active = len(ls)
+	if res.Pending, err = mo.pending(ctx); err != nil {
+		return res, fmt.Errorf("lease: monitor: %w", err)
+	}
 	for _, info := range ls {
+		if info.Status() != store.LeaseStatusActive {
+			res.Expired++
+			continue
+		}
+		res.Active++
 		held := info.AsOf.Sub(info.AcquiredAt)
 		if held < mo.cfg.StuckAfter {
 			continue
@@ -200,6 +223,28 @@ func (mo *Monitor) Check(ctx context.Context) (MonitorResult, error) {
 		mo.cfg.Observer.Checked(ctx, res)
 	}
 	return res, nil
+}
+
+// pending counts the waiters (of Owner, if set), or returns -1 when the
+// store cannot list them.
+func (mo *Monitor) pending(ctx context.Context) (int, error) {
+	wl, ok := mo.m.store.(WaiterLister)
+	if !ok {
+		return -1, nil
+	}
+	qctx, cancel := mo.m.queryContext(ctx)
+	defer cancel()
+	ws, err := wl.ListLeaseWaiters(qctx, &store.ListLeaseWaitersParams{Limit: store.MaxListLimit})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, w := range ws {
+		if mo.cfg.Owner == "" || w.Waiter == mo.cfg.Owner {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // end ends a stuck holding, fenced by its token: a lease of this Manager

@@ -173,3 +173,44 @@ func TestMonitorBadConfig(t *testing.T) {
 		require.ErrorContains(t, err, "MonitorConfig."+tc.field)
 	}
 }
+
+// TestMonitorCountsExpiredAndPending: on both backends, a check counts the
+// holdings past their expiry that maintenance has not marked (expired, not
+// active, never stuck) and the waiters (pending), of Owner if set, and
+// tells the Observer.
+func TestMonitorCountsExpiredAndPending(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		s := b.open(t)
+		m := newManager(t, s, &lease.Config{Owner: "alice", CleanupInterval: -1}) // no maintenance: nothing marked
+		now, err := s.Now(ctx)
+		require.NoError(t, err)
+		at := now.Add(-3 * time.Hour)
+		rs := s.AcquireLeases(ctx, []store.AcquireLeaseRequest{{Name: "gone", Owner: "bob", TTL: time.Hour}},
+			&store.LeaseBatchParams{Now: &at})
+		require.NoError(t, rs[0].Err)
+		live, err := m.TryAcquire(ctx, "live", &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		defer live.Close(ctx)
+		for _, w := range []string{"carol", "dave"} {
+			require.NoError(t, s.AnnounceLeaseWaiter(ctx, store.LeaseWaiter{Name: "live", Waiter: w, Since: now, Fence: live.Fence()}))
+		}
+
+		obs := newChecks()
+		mo, err := m.NewMonitor(&lease.MonitorConfig{StuckAfter: time.Minute, Observer: obs})
+		require.NoError(t, err)
+		res, err := mo.Check(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Active, "the expired holding is not active")
+		require.Equal(t, 1, res.Expired)
+		require.Empty(t, res.Stuck, "an expired holding is not stuck, however old")
+		require.Equal(t, 2, res.Pending)
+		require.Equal(t, res, obs.got[0])
+
+		mo, err = m.NewMonitor(&lease.MonitorConfig{Owner: "dave"})
+		require.NoError(t, err)
+		res, err = mo.Check(ctx)
+		require.NoError(t, err)
+		require.Equal(t, lease.MonitorResult{Pending: 1}, res, "dave holds nothing and waits once")
+	})
+}
