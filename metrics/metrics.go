@@ -359,7 +359,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.nlLosses = counter(NameNamedLeaseLosses, "{loss}", "Named leases lost by their holders (expired or could not be renewed in time, force-released).")
 	m.nlHold = histogram(NameNamedLeaseHoldDuration, "How long named leases were held, by how the holding ended (released, lost).", holdBuckets)
 	m.nlLongHeld = gauge(NameNamedLeaseLongHeld, "{lease}", "Named leases this process has held for longer than Config.LongHeldAfter, by kind.")
-	m.nlHoldings = gauge(NameNamedLeaseHoldings, "{lease}", "Live named-lease holdings of the whole store (of its Owner, if set) as the lease.Monitor's last check listed them, by status (active, long-held: held at least its StuckAfter).")
+	m.nlHoldings = gauge(NameNamedLeaseHoldings, "{lease}", "Named-lease holdings and waiters of the whole store (of its Owner, if set) as the lease.Monitor's last check listed them, by status (active; long-held: held at least its StuckAfter; expired: past expiry, not yet marked; pending: waiters).")
 	m.alertActive = gauge(NameAlertActive, "{alert}", "1 while an alert of the evaluator fires, else 0.")
 	m.readerLag = gauge(NameReaderLag, "{entry}", "The stream's watermark minus the reader's saved checkpoint, by reader and stream.")
 	m.listenDeaf = gauge(NameListenDeaf, "{listener}", "Listeners (LISTEN connections of the barrier's and the named leases' watches) whose self-check heard nothing: they poll instead. A transaction-mode pooler? Set postgres.Config.ListenDSN.")

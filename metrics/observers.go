@@ -37,6 +37,8 @@ const (
 const (
 	StatusActive   = "active"    // a live holding, younger than the Monitor's StuckAfter
 	StatusLongHeld = "long-held" // a live holding held at least the Monitor's StuckAfter
+	StatusExpired  = "expired"   // a holding past its expiry that maintenance has not marked yet
+	StatusPending  = "pending"   // a process waiting for a name (a blocked acquire)
 )
 
 // Compile-time checks: the observers are what the packages take.
@@ -315,6 +317,8 @@ type NamedLeaseObserver struct {
 	checked  bool                  // a Monitor reported a check
 	active   int64                 // live holdings under StuckAfter, last check
 	stuck    int64                 // live holdings at or over StuckAfter, last check
+	expired  int64                 // unmarked expired holdings, last check
+	pending  int64                 // waiters, last check; -1: the store lists none
 }
 
 // holding is a named-lease holding in progress.
@@ -352,7 +356,7 @@ func (o *NamedLeaseObserver) observe(obs metric.Observer) {
 			counts[h.kind]++
 		}
 	}
-	checked, active, stuck := o.checked, o.active, o.stuck
+	checked, active, stuck, expired, pending := o.checked, o.active, o.stuck, o.expired, o.pending
 	o.mu.Unlock()
 	for kind, n := range counts {
 		obs.ObserveInt64(o.m.nlLongHeld, n, o.m.opt(attrKey{shape: shapeKind, kind: kind}))
@@ -360,17 +364,23 @@ func (o *NamedLeaseObserver) observe(obs metric.Observer) {
 	if checked {
 		obs.ObserveInt64(o.m.nlHoldings, active, o.m.opt(attrKey{shape: shapeStatus, a: StatusActive}))
 		obs.ObserveInt64(o.m.nlHoldings, stuck, o.m.opt(attrKey{shape: shapeStatus, a: StatusLongHeld}))
+		obs.ObserveInt64(o.m.nlHoldings, expired, o.m.opt(attrKey{shape: shapeStatus, a: StatusExpired}))
+		if pending >= 0 {
+			obs.ObserveInt64(o.m.nlHoldings, pending, o.m.opt(attrKey{shape: shapeStatus, a: StatusPending}))
+		}
 	}
 }
 
 // Checked implements lease.MonitorObserver: the holdings the Monitor's last
-// check saw feed NameNamedLeaseHoldings (by status: active, long-held), and
+// check saw feed NameNamedLeaseHoldings (by status: active, long-held,
+// expired, and pending for the waiters when the store lists them), and
 // the stuck ones the NamedLeaseLongHeld alert.
 func (o *NamedLeaseObserver) Checked(_ context.Context, r lease.MonitorResult) {
 	stuck := len(r.Stuck)
 	o.mu.Lock()
 	o.checked = true
 	o.active, o.stuck = int64(r.Active-stuck), int64(stuck)
+	o.expired, o.pending = int64(r.Expired), int64(r.Pending)
 	o.mu.Unlock()
 	if o.m.alerts != nil {
 		o.m.alerts.NamedLeasesLongHeld(stuck)
