@@ -94,8 +94,12 @@ func ValidateSetting(key, value string) (string, error) {
 	if err := checkSetting(key, v); err != nil {
 		return "", err
 	}
+	f, ok := settingFields[key]
+	if !ok {
+		return v, nil // not a lease setting (ttl.boost): its type says it all
+	}
 	t := tuning{}
-	settingFields[key].apply(&t, v)
+	f.apply(&t, v)
 	if err := checkTuned(&Config{}, &t.cfg); err != nil {
 		return "", err
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,10 @@ const (
 	SettingInt      SettingType = "int"
 	SettingShare    SettingType = "share"
 	SettingBool     SettingType = "bool"
+	// SettingBoost is a TTL boost with its end: a factor in
+	// 1..MaxTTLBoostFactor and an instant, "2 until 2026-01-02T15:04:05Z"
+	// (FormatTTLBoost, ParseTTLBoost).
+	SettingBoost SettingType = "boost"
 )
 
 // The known settings: the defaults a fleet shares through the settings
@@ -35,6 +40,11 @@ const (
 	SettingLeaseHistory          = "lease.history"           // bool: not Config.DisableHistory
 	SettingLeaseAutoExpiry       = "lease.auto_expiry"       // bool: the maintenance loop runs
 	SettingCleanupInterval       = "cleanup.interval"        // duration: cleanup.Config.Interval
+	// SettingTTLBoost is the fleet's TTL boost (package ttl): the cleanup
+	// loop sets it when it enters cascade mode (a mass expiry), an
+	// operator may set or delete it, and every ttl.Fleet multiplies the
+	// TTLs its policies hand out by its factor until its end.
+	SettingTTLBoost = "ttl.boost" // boost: no Config field
 )
 
 // settingTypes are the known settings and their types.
@@ -48,6 +58,7 @@ var settingTypes = map[string]SettingType{
 	SettingLeaseHistory:          SettingBool,
 	SettingLeaseAutoExpiry:       SettingBool,
 	SettingCleanupInterval:       SettingDuration,
+	SettingTTLBoost:              SettingBoost,
 }
 
 // SettingKeys returns the known settings' keys, sorted.
@@ -156,6 +167,12 @@ func NormalizeSetting(key, value string) (string, error) {
 			return "", bad("a finite decimal number")
 		}
 		return strconv.FormatFloat(f, 'g', -1, 64), nil
+	case SettingBoost:
+		f, until, err := ParseTTLBoost(value)
+		if err != nil {
+			return "", bad(fmt.Sprintf(`a factor in 1..%g and its end (like "2 until 2026-01-02T15:04:05Z")`, MaxTTLBoostFactor))
+		}
+		return FormatTTLBoost(f, until), nil
 	default:
 		b, err := strconv.ParseBool(value)
 		if err != nil {
@@ -178,4 +195,34 @@ func ValidateSetSetting(key, value string, p *SetSettingParams) (string, error) 
 		}
 	}
 	return v, nil
+}
+
+// MaxTTLBoostFactor bounds the factor of a TTL boost (SettingTTLBoost).
+const MaxTTLBoostFactor = 100.0
+
+// boostSep separates a boost's factor from its end.
+const boostSep = " until "
+
+// FormatTTLBoost returns the value of SettingTTLBoost for a boost by factor
+// until the instant until (kept in UTC, to the nanosecond).
+func FormatTTLBoost(factor float64, until time.Time) string {
+	return strconv.FormatFloat(factor, 'g', -1, 64) + boostSep + until.UTC().Format(time.RFC3339Nano)
+}
+
+// ParseTTLBoost parses a value of SettingTTLBoost: a factor in
+// 1..MaxTTLBoostFactor, " until ", and an RFC 3339 instant. A bad value
+// matches ErrInvalidSetting.
+func ParseTTLBoost(v string) (factor float64, until time.Time, err error) {
+	fs, us, ok := strings.Cut(v, boostSep)
+	if ok {
+		factor, err = strconv.ParseFloat(fs, 64)
+	}
+	if ok && err == nil {
+		until, err = time.Parse(time.RFC3339Nano, us)
+	}
+	if !ok || err != nil || !(factor >= 1 && factor <= MaxTTLBoostFactor) { // also NaN
+		return 0, time.Time{}, fmt.Errorf("%w: %s = %s is not a factor in 1..%g and its end", ErrInvalidSetting,
+			SettingTTLBoost, QuoteInput(v), MaxTTLBoostFactor)
+	}
+	return factor, until, nil
 }

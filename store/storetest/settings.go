@@ -61,6 +61,17 @@ func testSettings(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 		require.Equal(t, []store.Setting{ttl}, b.listSettings())
 	})
 
+	t.Run("a TTL boost is kept with its end, in UTC", func(t *testing.T) {
+		b := nlSetup(t, newStore)
+		got, err := b.settings().SetSetting(b.ctx, store.SettingTTLBoost, "2.50 until 2026-01-02T16:04:05.5+01:00", nil)
+		require.NoError(t, err)
+		require.Equal(t, "2.5 until 2026-01-02T15:04:05.5Z", got.Value)
+		f, until, err := store.ParseTTLBoost(b.listSettings()[0].Value)
+		require.NoError(t, err)
+		require.Equal(t, 2.5, f)
+		require.True(t, until.Equal(time.Date(2026, 1, 2, 15, 4, 5, 5e8, time.UTC)), "until %v", until)
+	})
+
 	t.Run("bad input is refused with a typed error and changes nothing", func(t *testing.T) {
 		b := nlSetup(t, newStore)
 		s := b.settings()
@@ -78,6 +89,10 @@ func testSettings(t *testing.T, newStore func(t *testing.T) NamedLeaseStore) {
 			{store.SettingLeaseDefaultTTL, "30", "", store.ErrInvalidSetting},
 			{store.SettingLeaseMaxRenewals, "1.5", "", store.ErrInvalidSetting},
 			{store.SettingLeaseRenewShare, "NaN", "", store.ErrInvalidSetting},
+			{store.SettingTTLBoost, "2", "", store.ErrInvalidSetting},
+			{store.SettingTTLBoost, "0.5 until 2026-01-02T15:04:05Z", "", store.ErrInvalidSetting},
+			{store.SettingTTLBoost, "101 until 2026-01-02T15:04:05Z", "", store.ErrInvalidSetting},
+			{store.SettingTTLBoost, "2 until tomorrow", "", store.ErrInvalidSetting},
 			{store.SettingLeaseHistory, "true", "bad\x00by", store.ErrInvalidText},
 			{store.SettingLeaseHistory, "true", strings.Repeat("x", store.MaxTextLen+1), store.ErrInvalidText},
 		} {
