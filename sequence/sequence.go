@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/internal/batch"
 	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/ttl"
 )
 
 // Store is what the Leaser needs of a backend (store/memory,
@@ -70,6 +72,11 @@ type Config struct {
 	// MaxTTL is the longest lease a call may ask for, at most store.MaxTTL.
 	// Default: DefaultMaxTTL (1 h).
 	MaxTTL time.Duration
+	// AdaptiveTTL chooses the lease duration when a call names none, in
+	// place of DefaultTTL (set one or the other): from its Min when idle
+	// to its Max under load, times the fleet's boost (ttl.Fleet). Its Max
+	// must be at most MaxTTL. The Leaser keeps a copy. Optional.
+	AdaptiveTTL *ttl.Policy
 	// MaxPayload is the largest payload Commit accepts, in bytes.
 	// Default: DefaultMaxPayload (1 MiB).
 	MaxPayload int
@@ -122,6 +129,7 @@ type Leaser struct {
 	store         Store
 	barrier       Waiter
 	defaultTTL    time.Duration
+	policy        *ttl.Policy // nil: defaultTTL
 	maxTTL        time.Duration
 	maxPayload    int
 	owner         string
@@ -143,7 +151,7 @@ type Leaser struct {
 	commits    *batch.Batcher[*group, groupResult]                   // nil: no group commit
 	txEngines  sync.Map                                              // txKey[T] -> the engine of CommitTx[T]
 	committers sync.Map                                              // stream -> *committer
-	boostedTTL atomic.Int64                                          // the default TTL while boosted (BoostTTL); 0: not boosted
+	boost      atomic.Uint64                                         // the factor of BoostTTL, as float64 bits; 0: not boosted
 
 	// Of a Leaser in an application's transaction (InTx): the Leaser it
 	// came from, and that resolutions are not committed when a call
@@ -206,6 +214,16 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 		return nil, configError("Config.WriteTimeout", "%v must not be negative", cfg.WriteTimeout)
 	case l.margin < 0 || l.margin >= l.maxTTL:
 		return nil, configError("Config.Margin", "%v must be in [0, MaxTTL %v)", cfg.Margin, l.maxTTL)
+	}
+	if p := cfg.AdaptiveTTL; p != nil {
+		if cfg.DefaultTTL != 0 {
+			return nil, configError("Config.AdaptiveTTL", "and Config.DefaultTTL %v are exclusive: set one", cfg.DefaultTTL)
+		}
+		if err := p.Validate(l.maxTTL); err != nil {
+			return nil, fmt.Errorf("sequence: Config.AdaptiveTTL: %w", err) // a *ttl.FieldError, matches ErrInvalidArgument
+		}
+		pc := *p
+		l.policy = &pc
 	}
 	if err := store.ValidateText("owner", l.owner); err != nil {
 		return nil, fmt.Errorf("sequence: Config.Owner: %w", err) // matches ErrInvalidArgument
@@ -394,29 +412,43 @@ func (l *Leaser) until(t time.Time) time.Duration {
 }
 
 // DefaultTTL returns the lease duration used when a call names none:
-// Config.DefaultTTL, or more while BoostTTL is in force.
+// Config.DefaultTTL or what Config.AdaptiveTTL chooses now, or more while
+// BoostTTL is in force.
 func (l *Leaser) DefaultTTL() time.Duration {
-	boost := &l.boostedTTL
+	boost := &l.boost
 	if l.parent != nil {
-		boost = &l.parent.boostedTTL
+		boost = &l.parent.boost
 	}
-	return cmp.Or(time.Duration(boost.Load()), l.defaultTTL)
+	factor := math.Float64frombits(boost.Load())
+	if l.policy != nil {
+		return boosted(l.policy.TTL(), factor, l.policy.Max)
+	}
+	return boosted(l.defaultTTL, factor, l.maxTTL)
+}
+
+// boosted returns d times factor, capped at limit; d when factor is 1 or
+// less.
+func boosted(d time.Duration, factor float64, limit time.Duration) time.Duration {
+	if !(factor > 1) { // also NaN
+		return d
+	}
+	if f := float64(d) * factor; f < float64(limit) { // also +Inf
+		return max(d, time.Duration(f))
+	}
+	return max(d, limit)
 }
 
 // BoostTTL multiplies the default lease duration by factor, capped at
-// Config.MaxTTL, until called again; a factor of 1 or less ends the boost.
-// The cleanup loop boosts while it works through a mass expiry (cascade
-// mode), so that new leases do not expire in the same overload.
+// Config.MaxTTL (at the Max of Config.AdaptiveTTL, with a policy), until
+// called again; a factor of 1 or less ends the boost. The cleanup loop
+// boosts while it works through a mass expiry (cascade mode), so that new
+// leases do not expire in the same overload. The boost is this Leaser's
+// only: ttl.Fleet shares one with every process.
 func (l *Leaser) BoostTTL(factor float64) {
 	if !(factor > 1) { // also NaN
-		l.boostedTTL.Store(0)
-		return
+		factor = 0
 	}
-	boosted := l.maxTTL
-	if f := float64(l.defaultTTL) * factor; f < float64(l.maxTTL) { // also +Inf
-		boosted = time.Duration(f)
-	}
-	l.boostedTTL.Store(int64(boosted))
+	l.boost.Store(math.Float64bits(factor))
 }
 
 // sharedContext is the context of a statement run on behalf of several

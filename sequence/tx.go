@@ -79,6 +79,7 @@ func (l *Leaser) InTx(s Store) *Leaser {
 		store:         s,
 		barrier:       l.barrier,
 		defaultTTL:    l.defaultTTL,
+		policy:        l.policy,
 		maxTTL:        l.maxTTL,
 		maxPayload:    l.maxPayload,
 		owner:         l.owner,
