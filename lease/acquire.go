@@ -16,7 +16,7 @@ import (
 // defaults; so does the zero value of each field.
 type AcquireOpts struct {
 	// TTL is the lease duration, before the TTLPolicy has its say.
-	// Default: Config.DefaultTTL.
+	// Default: Config.DefaultTTL, or what Config.AdaptiveTTL chooses.
 	TTL time.Duration
 	// MaxRenewals bounds the renewals of the holding; -1 means no limit.
 	// Default: Config.MaxRenewals.
@@ -75,7 +75,7 @@ func (m *Manager) checkOpts(name string, opts *AcquireOpts) error {
 	if err := store.ValidateLeaseName(name); err != nil {
 		return err
 	}
-	if err := store.ValidateTTL(cmp.Or(opts.TTL, m.conf().DefaultTTL), m.cfg.MaxTTL); err != nil {
+	if err := store.ValidateTTL(m.requestedTTL(opts), m.cfg.MaxTTL); err != nil {
 		return err
 	}
 	if opts.MaxRenewals < -1 {
@@ -107,6 +107,18 @@ func (m *Manager) observeAcquire(ctx context.Context, name string, opts *Acquire
 	}
 }
 
+// requestedTTL returns the TTL an acquire asks for: its own, or the one
+// Config.AdaptiveTTL chooses now, or the DefaultTTL in force.
+func (m *Manager) requestedTTL(opts *AcquireOpts) time.Duration {
+	switch {
+	case opts.TTL != 0:
+		return opts.TTL
+	case m.cfg.AdaptiveTTL != nil:
+		return m.cfg.AdaptiveTTL.TTL()
+	}
+	return m.conf().DefaultTTL
+}
+
 // policyTTL returns the TTL the policy chooses for a request.
 func (m *Manager) policyTTL(ctx context.Context, name string, requested time.Duration) (time.Duration, error) {
 	if m.cfg.TTLPolicy == nil {
@@ -127,7 +139,7 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 		return nil, ErrStopped
 	}
 	defer m.gate.attempts.Done()
-	ttl, err := m.policyTTL(ctx, name, cmp.Or(opts.TTL, m.conf().DefaultTTL))
+	ttl, err := m.policyTTL(ctx, name, m.requestedTTL(opts))
 	if err != nil {
 		return nil, err
 	}

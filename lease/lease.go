@@ -15,6 +15,7 @@ import (
 
 	"github.com/seqlease/seqlease/internal/lifecycle"
 	"github.com/seqlease/seqlease/store"
+	"github.com/seqlease/seqlease/ttl"
 )
 
 // Store is what a Manager needs of a backend (store/memory, store/postgres).
@@ -178,8 +179,15 @@ type Config struct {
 	// the Manager follows its changes, for the fields this Config leaves
 	// zero. Default: false, follow the table.
 	NoSettings bool
-	// TTLPolicy, if set, chooses the TTL of every acquire (see TTLPolicy).
-	// Default: none, the TTL asked for.
+	// AdaptiveTTL chooses the lease duration when AcquireOpts names none,
+	// in place of DefaultTTL (set one or the other; with it, the settings
+	// table's lease.default_ttl is not followed): from its Min when idle to
+	// its Max under load, times the fleet's boost (ttl.Fleet). Its Max
+	// must be at most MaxTTL. The Manager keeps a copy. Optional.
+	AdaptiveTTL *ttl.Policy
+	// TTLPolicy, if set, chooses the TTL of every acquire (see TTLPolicy),
+	// from the one asked for or AdaptiveTTL's. Default: none, the TTL
+	// asked for.
 	TTLPolicy TTLPolicy
 	// QueryTimeout bounds each statement the Manager runs in the
 	// background (maintenance, announcements) and each backend call shared
@@ -323,6 +331,16 @@ func New(s Store, cfg *Config) (*Manager, error) {
 		return nil, fmt.Errorf("lease: Config.ReleaseTimeout %v must not be negative: %w", cfg.ReleaseTimeout, store.ErrInvalidArgument)
 	case m.cfg.AcquireTimeout < 0:
 		return nil, fmt.Errorf("lease: Config.AcquireTimeout %v must not be negative: %w", cfg.AcquireTimeout, store.ErrInvalidArgument)
+	}
+	if p := cfg.AdaptiveTTL; p != nil {
+		if cfg.DefaultTTL != 0 {
+			return nil, fmt.Errorf("lease: Config.AdaptiveTTL and Config.DefaultTTL %v are exclusive: set one: %w", cfg.DefaultTTL, store.ErrInvalidArgument)
+		}
+		if err := p.Validate(m.cfg.MaxTTL); err != nil {
+			return nil, fmt.Errorf("lease: Config.AdaptiveTTL: %w", err) // a *ttl.FieldError, matches ErrInvalidArgument
+		}
+		pc := *p
+		m.cfg.AdaptiveTTL = &pc
 	}
 	if m.cfg.Owner == "" {
 		host, _ := os.Hostname()

@@ -50,7 +50,7 @@ var settingFields = map[string]struct {
 	explicit func(c *Config) bool
 	apply    func(t *tuning, v string) // v is canonical (store.NormalizeSetting)
 }{
-	store.SettingLeaseDefaultTTL: {"DefaultTTL", func(c *Config) bool { return c.DefaultTTL != 0 },
+	store.SettingLeaseDefaultTTL: {"DefaultTTL", func(c *Config) bool { return c.DefaultTTL != 0 || c.AdaptiveTTL != nil },
 		func(t *tuning, v string) { t.cfg.DefaultTTL = mustDuration(v) }},
 	store.SettingLeaseRenewShare: {"RenewShare", func(c *Config) bool { return c.RenewShare != 0 },
 		func(t *tuning, v string) { t.cfg.RenewShare, _ = strconv.ParseFloat(v, 64) }},
@@ -137,6 +137,9 @@ func checkTuned(base, tuned *Config) error {
 	c := *base
 	c.DefaultTTL, c.RenewShare, c.MaxRenewals = tuned.DefaultTTL, tuned.RenewShare, tuned.MaxRenewals
 	c.AcquireTimeout, c.CleanupInterval, c.HistoryRetention = tuned.AcquireTimeout, tuned.CleanupInterval, tuned.HistoryRetention
+	if c.AdaptiveTTL != nil {
+		c.DefaultTTL = 0 // not in use: the policy chooses
+	}
 	_, err := New(noStore{}, &c)
 	return err
 }
