@@ -39,6 +39,11 @@ type TTLBooster interface {
 	BoostTTL(factor float64)
 }
 
+// FleetBooster raises the TTL boost a whole fleet shares (*ttl.Fleet).
+type FleetBooster interface {
+	Raise(ctx context.Context, factor float64, hold time.Duration) error
+}
+
 // Waiter tells when every number of a stream below n is resolved
 // (*barrier.Barrier): the channel closes then; the function withdraws the
 // wait.
@@ -112,8 +117,10 @@ type Service struct {
 		threshold, batch int
 		delay            time.Duration
 		factor           float64
+		hold             time.Duration
 	}
 	booster    TTLBooster
+	fleet      FleetBooster
 	hooks      *hookRunner
 	durable    *deliverer // nil without HooksConfig.Durable
 	moveTx     TxMover    // nil without Config.MoveTx
@@ -196,6 +203,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 		batch:       cmp.Or(cfg.BatchSize, DefaultBatchSize),
 		scanLimit:   cmp.Or(cfg.ScanLimit, DefaultScanLimit),
 		booster:     cc.Booster,
+		fleet:       cc.Fleet,
 		maxBackoff:  cmp.Or(cfg.MaxBackoff, DefaultMaxBackoff),
 		qTimeout:    cmp.Or(cfg.QueryTimeout, DefaultQueryTimeout),
 		owner:       pipeline.Owner(),
@@ -217,6 +225,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 	sv.cascade.batch = cmp.Or(cc.Batch, DefaultCascadeBatch)
 	sv.cascade.delay = cmp.Or(cc.Delay, DefaultCascadeDelay)
 	sv.cascade.factor = cmp.Or(cc.TTLFactor, DefaultCascadeTTLFactor)
+	sv.cascade.hold = cmp.Or(cc.Hold, DefaultCascadeHold)
 	if sv.elector == nil {
 		if ls, ok := s.(lease.Store); ok {
 			lc := &lease.Config{DisableHistory: true, Logger: logger}

@@ -20,6 +20,9 @@ const (
 	DefaultCascadeBatch     = 500
 	DefaultCascadeDelay     = 10 * time.Millisecond
 	DefaultCascadeTTLFactor = 2.0
+	// DefaultCascadeHold is how long the fleet's boost lasts after each
+	// cycle enters cascade mode (CascadeConfig.Hold).
+	DefaultCascadeHold = time.Minute
 	// MaxCascadeTTLFactor bounds CascadeConfig.TTLFactor (the boost is
 	// capped at the Booster's maximum TTL anyway).
 	MaxCascadeTTLFactor = 100.0
@@ -149,6 +152,17 @@ type CascadeConfig struct {
 	// the cycle lasts. The boost is process-local: only this Leaser's
 	// default changes, not other processes'. Optional.
 	Booster TTLBooster
+	// Fleet shares the boost with every process (*ttl.Fleet): entering
+	// cascade mode raises it by TTLFactor for Hold, in the database, and
+	// every process whose ttl.Policy follows a Fleet on the same schema
+	// hands out longer TTLs until it ends. The boost outlives the cycle
+	// (the leases taken meanwhile are still out) and ends by itself at
+	// its end; a failed raise is logged. Optional.
+	Fleet FleetBooster
+	// Hold is how long the fleet's boost lasts after a cycle enters
+	// cascade mode, in (0, store.MaxTTL]. Default: DefaultCascadeHold
+	// (1 min).
+	Hold time.Duration
 }
 
 // HooksConfig configures the hooks that run for every expired lease a
@@ -218,6 +232,8 @@ func (cfg *Config) validate() error {
 		return invalid("Cascade.Delay %v must be in 0..%v", cc.Delay, MaxInterval)
 	case cc.TTLFactor != 0 && !(cc.TTLFactor >= 1 && cc.TTLFactor <= MaxCascadeTTLFactor): // also NaN, +Inf
 		return invalid("Cascade.TTLFactor %v must be in 1..%v", cc.TTLFactor, MaxCascadeTTLFactor)
+	case cc.Hold < 0 || cc.Hold > store.MaxTTL:
+		return invalid("Cascade.Hold %v must be in 0..%v", cc.Hold, store.MaxTTL)
 	case hc.Timeout < 0:
 		return invalid("Hooks.Timeout %v is negative", hc.Timeout)
 	case hc.Concurrency < 0:

@@ -123,7 +123,7 @@ func (c *cycle) scanStream(ctx context.Context, only string) error {
 		seenAt := c.dbNow(ctx)
 		c.res.Expired += len(window)
 		if !c.cascade && c.res.Expired > sv.cascade.threshold {
-			c.enterCascade()
+			c.enterCascade(ctx)
 		}
 		level := sv.pipeline.Level(ctx, recovery.Signals{Backlog: c.res.Expired, CycleLatency: sv.lastLatency})
 		for i := 0; i < len(window); {
@@ -282,14 +282,20 @@ func (c *cycle) finish(ctx context.Context, scanned []string, complete bool, err
 }
 
 // enterCascade enters cascade mode: bounded batches with pauses, and the
-// Leaser's default TTL boosted.
-func (c *cycle) enterCascade() {
+// Leaser's default TTL boosted, and the fleet's.
+func (c *cycle) enterCascade(ctx context.Context) {
 	sv := c.sv
 	c.cascade, c.res.Cascade, c.cascadeAt = true, true, time.Now()
 	sv.logger.Warn("cleanup: cascade mode: mass expiry, working in bounded batches",
 		slog.Int("expired", c.res.Expired), slog.Float64("ttl_factor", sv.cascade.factor))
 	if sv.booster != nil {
 		sv.booster.BoostTTL(sv.cascade.factor)
+	}
+	if sv.fleet != nil {
+		if err := sv.fleet.Raise(ctx, sv.cascade.factor, sv.cascade.hold); err != nil && ctx.Err() == nil {
+			sv.logger.Warn("cleanup: raising the fleet's TTL boost failed; this process's boost stands",
+				slog.Any("error", err))
+		}
 	}
 	if sv.observer != nil {
 		sv.observer.Cascade(true)
