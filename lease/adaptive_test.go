@@ -77,3 +77,17 @@ func TestAdaptiveTTLRefusals(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	require.ErrorContains(t, err, "Config.AdaptiveTTL and Config.DefaultTTL")
 }
+
+// TestValidateSettingTTLBoost: the boost, no lease field, is checked by its
+// type alone, so seqlease config set can raise it by hand.
+func TestValidateSettingTTLBoost(t *testing.T) {
+	t.Parallel()
+	v, err := lease.ValidateSetting(store.SettingTTLBoost, "3 until 2026-01-02T16:00:00+01:00")
+	require.NoError(t, err)
+	require.Equal(t, "3 until 2026-01-02T15:00:00Z", v)
+	for _, bad := range []string{"3", "0.9 until 2026-01-02T15:00:00Z", "NaN until 2026-01-02T15:00:00Z", "3 until soon\x00"} {
+		_, err := lease.ValidateSetting(store.SettingTTLBoost, bad)
+		require.ErrorIs(t, err, store.ErrInvalidSetting, "%q", bad)
+		require.ErrorIs(t, err, store.ErrInvalidArgument)
+	}
+}
