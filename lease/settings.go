@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/seqlease/seqlease/store"
@@ -88,7 +89,7 @@ func ValidateSetting(key, value string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, ours := settingFields[key]; !ours {
+	if strings.HasPrefix(key, "cleanup.") { // checked by the cleanup package's own rules
 		return "", fmt.Errorf("%w: %s is not a setting of package lease (cleanup.ValidateSetting checks every key)", store.ErrUnknownSetting, store.QuoteInput(key))
 	}
 	if err := checkSetting(key, v); err != nil {
