@@ -142,7 +142,9 @@ func TestHealthy(t *testing.T) {
 			t.Parallel()
 			commit(t, s, "orders", 3)
 			require.NoError(t, s.SaveCheckpoint(t.Context(), "projection", "orders", 3, nil))
-			cl, err := cleanup.New(s, nil)
+			// An explicit interval: the loop then opens no watch of its own
+			// for the settings table, and the barrier's is the only one.
+			cl, err := cleanup.New(s, &cleanup.Config{Interval: cleanup.DefaultInterval})
 			require.NoError(t, err)
 			require.NoError(t, cl.Start(t.Context()))
 			defer cl.Stop()
