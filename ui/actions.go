@@ -233,7 +233,7 @@ func (a *actions) checkToken(tok, actor, action string, fields []string) error {
 	}
 	exps, macs, ok := strings.Cut(tok, ".")
 	exp, err := strconv.ParseInt(exps, 10, 64)
-	got, derr := base64.RawURLEncoding.DecodeString(macs)
+	got, derr := base64.RawURLEncoding.Strict().DecodeString(macs)
 	if !ok || err != nil || derr != nil {
 		return errBadToken
 	}
@@ -297,7 +297,7 @@ func (h *Handler) result(r *http.Request) *result {
 	if res.Message == "" || err != nil || !h.act.now().Before(time.Unix(exp, 0)) {
 		return nil
 	}
-	got, err := base64.RawURLEncoding.DecodeString(q.Get("sig"))
+	got, err := base64.RawURLEncoding.Strict().DecodeString(q.Get("sig"))
 	target := resultTarget(strings.TrimPrefix(r.URL.Path, "/"), q)
 	if err != nil || !hmac.Equal(got, h.act.mac("seqlease-ui-result-v2", res.Message, res.Reason, res.Actor, exps, target)) {
 		return nil
