@@ -58,6 +58,7 @@ type Fleet struct {
 	mu     sync.Mutex
 	factor float64   // the boost known, 1 for none
 	end    time.Time // its end on the local clock
+	raises uint64    // Raises so far: a read begun before one is stale
 }
 
 // NewFleet returns a Fleet on s, not started: Factor reports 1 until a
@@ -96,11 +97,18 @@ func (f *Fleet) Factor() float64 {
 func (f *Fleet) Refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, f.qTimeout)
 	defer cancel()
+	f.mu.Lock()
+	raises := f.raises
+	f.mu.Unlock()
 	factor, until, dbNow, err := f.read(ctx)
 	if err != nil {
 		return err
 	}
-	f.set(factor, until, dbNow)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.raises == raises { // else a Raise cached a newer boost meanwhile
+		f.setLocked(factor, until, dbNow)
+	}
 	return nil
 }
 
@@ -127,11 +135,9 @@ func (f *Fleet) read(ctx context.Context) (factor float64, until, dbNow time.Tim
 	return 1, time.Time{}, dbNow, nil
 }
 
-// set caches a boost that ends at until on the database clock, whose time
-// is now dbNow.
-func (f *Fleet) set(factor float64, until, dbNow time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// setLocked caches a boost that ends at until on the database clock, whose
+// time is now dbNow. f.mu is held.
+func (f *Fleet) setLocked(factor float64, until, dbNow time.Time) {
 	f.factor, f.end = factor, time.Now().Add(until.Sub(dbNow))
 }
 
@@ -159,7 +165,10 @@ func (f *Fleet) Raise(ctx context.Context, factor float64, hold time.Duration) e
 		&store.SetSettingParams{By: "cascade"}); err != nil {
 		return fmt.Errorf("ttl: raise the boost: %w", err)
 	}
-	f.set(factor, until, dbNow)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.raises++
+	f.setLocked(factor, until, dbNow)
 	return nil
 }
 

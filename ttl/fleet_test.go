@@ -180,3 +180,44 @@ func (s *settingsSink) Reset() {
 	default:
 	}
 }
+
+// heldRead is a memory store whose next ListSettings, once armed, reads
+// and then waits to answer until released: a Refresh caught between its
+// read and its cache.
+type heldRead struct {
+	*memory.Store
+	mu      sync.Mutex
+	armed   bool
+	read    chan struct{} // closed once the held read has read
+	release chan struct{} // closed to let it answer
+}
+
+func (h *heldRead) ListSettings(ctx context.Context) ([]store.Setting, error) {
+	rows, err := h.Store.ListSettings(ctx)
+	h.mu.Lock()
+	armed := h.armed
+	h.armed = false
+	h.mu.Unlock()
+	if armed {
+		close(h.read)
+		<-h.release
+	}
+	return rows, err
+}
+
+// TestFleetRefreshDoesNotUndoARaise: a Refresh that read the table before
+// a Raise and answers after it leaves the raised boost in the cache: the
+// older read is dropped, not cached over the newer boost.
+func TestFleetRefreshDoesNotUndoARaise(t *testing.T) {
+	t.Parallel()
+	s := &heldRead{Store: memory.New(nil), armed: true, read: make(chan struct{}), release: make(chan struct{})}
+	f := newFleet(t, s, nil)
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- f.Refresh(t.Context()) }()
+	<-s.read // the Refresh read "no boost"
+	require.NoError(t, f.Raise(t.Context(), 2, 10*time.Minute))
+	require.Equal(t, 2.0, f.Factor())
+	close(s.release)
+	require.NoError(t, <-refreshed)
+	require.Equal(t, 2.0, f.Factor(), "the Refresh begun before the Raise did not undo it")
+}
