@@ -332,6 +332,9 @@ func (sv *Service) loop(ctx context.Context) {
 	// one starts an interval after it, so a new interval from the
 	// settings table reschedules it (not while a failure backs off).
 	var lastFull time.Time
+	// retrying says a failed cycle scheduled the next one at its backoff
+	// pause: a new interval must not move that retry.
+	retrying := false
 	regular := func() time.Duration {
 		iv := sv.period()
 		return max(time.Until(lastFull.Add(iv+rand.N(iv/10+1))), 0)
@@ -349,7 +352,7 @@ func (sv *Service) loop(ctx context.Context) {
 		case <-sv.wake.kicks:
 		case <-recheck.C:
 		case <-sv.retune:
-			if sv.applySettings(ctx) && !lastFull.IsZero() {
+			if sv.applySettings(ctx) && !lastFull.IsZero() && !retrying {
 				schedule(regular())
 			}
 			continue
@@ -385,6 +388,7 @@ func (sv *Service) loop(ctx context.Context) {
 			sv.logger.Error("cleanup: cycle failed", slog.Any("error", err), slog.Duration("retry_in", pause))
 			if full || time.Now().Add(pause).Before(nextAt) {
 				schedule(pause) // a failed re-run of some streams only brings the next cycle forward
+				retrying = true
 			}
 			probe.Reset(initial)
 		case full:
@@ -398,6 +402,7 @@ func (sv *Service) loop(ctx context.Context) {
 			// from that cycle's start, plus the cycle that resolves it.
 			bo.reset()
 			lastFull = began
+			retrying = false
 			schedule(regular())
 		case err != nil:
 			sv.logger.Warn("cleanup: re-run left streams unresolved; they are retried at the next cycle", slog.Any("error", err))
