@@ -26,7 +26,6 @@ type MaintenanceResult struct {
 func (m *Manager) maintain(ctx context.Context) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = time.Second
-	bo.MaxInterval = max(m.conf().CleanupInterval, time.Second)
 	bo.MaxElapsedTime = 0
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -38,6 +37,7 @@ func (m *Manager) maintain(ctx context.Context) {
 		case <-m.retuned: // the settings changed: a pass now, then the new pace
 		}
 		every := m.conf().CleanupInterval
+		bo.MaxInterval = max(every, time.Second) // the settings table may have changed it
 		pause := every - every/10 + rand.N(every/5+1)
 		res, err := m.maintainPass(ctx, !m.tuned.Load().noExpiry)
 		switch {

@@ -255,7 +255,7 @@ func (mo *Monitor) end(ctx context.Context, info Info) error {
 	qctx, cancel := m.queryContext(ctx)
 	defer cancel()
 	errs := m.store.ReleaseLeases(qctx, []store.LeaseHolding{{Name: info.Name, Owner: info.Owner, Fence: info.Fence}},
-		&store.LeaseBatchParams{NoHistory: m.cfg.DisableHistory})
+		&store.LeaseBatchParams{NoHistory: m.conf().DisableHistory})
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
