@@ -15,14 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/seqlease/seqlease/lease"
 	"github.com/seqlease/seqlease/metrics"
-	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
@@ -210,17 +208,7 @@ func TestFailoverAsync(t *testing.T) {
 	url, ns := nodes(t)
 	ctx := t.Context()
 
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	mig, err := migrations.New(&migrations.Config{Schema: asyncSchema})
-	require.NoError(t, err)
-	_, err = mig.Up(ctx, pool)
-	require.NoError(t, err)
+	pool := migratedPool(t, url, asyncSchema, 16)
 	var syncNames string
 	require.NoError(t, pool.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&syncNames))
 	require.Empty(t, syncNames, "the cluster replicates synchronously: run under SEQLEASE_PATRONI_ASYNC=1 scripts/with-patroni")

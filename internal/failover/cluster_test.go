@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/seqlease/seqlease/migrations"
 )
 
 // node is one Patroni node of scripts/with-patroni.
@@ -108,4 +111,31 @@ func kill(t *testing.T, n node) {
 		_ = syscall.Kill(c, syscall.SIGKILL) // may have exited already
 	}
 	require.NoError(t, syscall.Kill(pm, syscall.SIGKILL), "kill the postmaster")
+}
+
+// openPool opens a pool on url of at most maxConns connections, each
+// connect bounded at 2 s so that a dead node is passed over quickly; the
+// pool closes when the test ends.
+func openPool(t *testing.T, url string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// migratedPool opens a pool on the cluster's url (openPool) and migrates
+// schema through it.
+func migratedPool(t *testing.T, url, schema string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	pool := openPool(t, url, maxConns)
+	m, err := migrations.New(&migrations.Config{Schema: schema})
+	require.NoError(t, err)
+	_, err = m.Up(t.Context(), pool)
+	require.NoError(t, err)
+	return pool
 }

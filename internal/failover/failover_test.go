@@ -21,7 +21,6 @@ import (
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/cleanup"
 	"github.com/seqlease/seqlease/lease"
-	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
@@ -459,18 +458,8 @@ func TestFailover(t *testing.T) {
 	url, ns := nodes(t)
 	ctx := t.Context()
 
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	cfg.MaxConns = 24
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
-	m, err := migrations.New(&migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = m.Up(ctx, pool)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, `CREATE SCHEMA failover_app;
+	pool := migratedPool(t, url, schema, 24)
+	_, err := pool.Exec(ctx, `CREATE SCHEMA failover_app;
 		CREATE TABLE `+appTable+` (id bigserial PRIMARY KEY, fence bigint NOT NULL, seq bigint NOT NULL,
 			written_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
 	require.NoError(t, err)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/seqlease/seqlease/barrier"
 	"github.com/seqlease/seqlease/cleanup"
-	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/sequence"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
@@ -118,17 +117,7 @@ func newStandbyRig(t *testing.T, schema, stream string) *standbyRig {
 	ctx := t.Context()
 	r := &standbyRig{schema: schema, stream: stream, ns: ns, primary: -1, standby: -1}
 
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	cfg.MaxConns = 16
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	m, err := migrations.New(&migrations.Config{Schema: schema})
-	require.NoError(t, err)
-	_, err = m.Up(ctx, pool)
-	require.NoError(t, err)
+	pool := migratedPool(t, url, schema, 16)
 
 	for i, n := range ns {
 		switch ok, err := writable(ctx, n.port); {
@@ -142,13 +131,7 @@ func newStandbyRig(t *testing.T, schema, stream string) *standbyRig {
 	require.GreaterOrEqual(t, r.standby, 0, "no node is in recovery")
 	t.Logf("primary: node%d (port %d); standby: node%d (port %d)",
 		r.primary+1, ns[r.primary].port, r.standby+1, ns[r.standby].port)
-	scfg, err := pgxpool.ParseConfig(strings.Replace(url, "target_session_attrs=read-write", "target_session_attrs=prefer-standby", 1))
-	require.NoError(t, err)
-	scfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	scfg.MaxConns = 8
-	r.spool, err = pgxpool.NewWithConfig(ctx, scfg)
-	require.NoError(t, err)
-	t.Cleanup(r.spool.Close)
+	r.spool = openPool(t, strings.Replace(url, "target_session_attrs=read-write", "target_session_attrs=prefer-standby", 1), 8)
 	var inRecovery bool
 	require.NoError(t, r.spool.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery))
 	require.True(t, inRecovery, "the standby's pool reaches the primary")
@@ -160,6 +143,7 @@ func newStandbyRig(t *testing.T, schema, stream string) *standbyRig {
 		return err == nil && ok
 	}, 30*time.Second, 20*time.Millisecond, "the schema never showed on the standby")
 
+	var err error
 	r.s, err = postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
 	r.b, err = barrier.New(r.s, &barrier.Config{PollInterval: 500 * time.Millisecond})
