@@ -405,21 +405,3 @@ func ValidateAddHooks(stream string, numbers []int64) error {
 	}
 	return nil
 }
-
-// Resolution is when one entry was resolved: what ResolutionReader reads
-// in place of the entry.
-type Resolution struct {
-	Number     int64
-	ResolvedAt time.Time // zero while the entry is leased
-}
-
-// ResolutionReader is implemented by a backend that reads when a stream's
-// entries were resolved without reading the entries themselves (their
-// payloads, texts and recovery records): what a status page's throughput
-// chart needs of many entries of many streams.
-type ResolutionReader interface {
-	// ReadResolutions is Read that returns only each entry's number and
-	// ResolvedAt: the same arguments, entries, order and errors
-	// (ErrStreamNotFound, a *TrimmedError, bad input).
-	ReadResolutions(ctx context.Context, stream string, after int64, limit int) ([]Resolution, error)
-}

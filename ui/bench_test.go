@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +130,32 @@ func BenchmarkStreamsPagePayloads(b *testing.B) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		if w.Code != http.StatusOK {
+			b.Fatalf("%d %s", w.Code, w.Body)
+		}
+	}
+}
+
+// BenchmarkStreamsPageBusy renders the streams page on PostgreSQL with 100
+// streams that each resolved 5,000 numbers inside the chart's window: more
+// than ChartSample (200), so each chart is estimated from every 25th
+// number, 200 lookups per stream.
+//
+//	go test -run '^$' -bench BenchmarkStreamsPageBusy -benchtime 50x ./ui/
+func BenchmarkStreamsPageBusy(b *testing.B) {
+	s := newPostgres(b)
+	ctx := b.Context()
+	reqs := make([]store.AppendRequest, 5000)
+	for i := range benchStreams {
+		_, err := s.Append(ctx, fmt.Sprintf("busy-%03d", i), reqs, nil)
+		require.NoError(b, err)
+	}
+	h, err := ui.New(&ui.Config{Store: s})
+	require.NoError(b, err)
+	for b.Loop() {
+		r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `<span class="total">≈5000</span>`) {
 			b.Fatalf("%d %s", w.Code, w.Body)
 		}
 	}

@@ -101,13 +101,16 @@
 // satisfy Source, their union. Times are the store's clock (Now), read
 // once per request, so ages and expiries agree with the database.
 //
-// The store keeps no counters, so the throughput chart is computed from
-// the entries: it reads the resolution times (ResolvedAt) of each
-// stream's ChartSample most recent numbers, and only those
-// (store.ResolutionReader: no payload is read), and buckets them over
-// ChartWindow. A stream
-// that resolved more than ChartSample numbers in the window shows a lower
-// bound, marked with "+".
+// The streams page reads its rows with store.StreamSummarizer: a page of
+// streams in a few statements side by side (streamWorkers), each
+// summarizing a share of them in one snapshot, rather than a few round
+// trips per stream; no entry and no payload is read. The store keeps no
+// counters, so the throughput chart is counted by the store from the
+// entries' resolution times (store.Throughput): exactly when at most
+// ChartSample numbers were resolved since the window began, else
+// estimated from every Stride-th number, marked "≈". The chart is one SVG
+// path, so a page of 100 charts costs a few escaped attributes each, not
+// a hundred.
 //
 // # Security
 //

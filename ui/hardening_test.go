@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,8 +29,8 @@ func (s *countingSource) Read(ctx context.Context, stream string, after int64, l
 	return es, err
 }
 
-// The streams page reads no entry, so no payload: its chart reads
-// resolution times only.
+// The streams page reads no entry, so no payload: the store counts the
+// chart's resolutions.
 func TestStreamsPageReadsNoPayload(t *testing.T) {
 	for name, s := range backends(t) {
 		t.Run(name, func(t *testing.T) {
@@ -37,7 +38,8 @@ func TestStreamsPageReadsNoPayload(t *testing.T) {
 			cs := &countingSource{Source: s}
 			r := get(t, newHandler(t, cs, nil), "/")
 			require.Equal(t, 200, r.status)
-			require.Contains(t, r.body, `aria-label="4 resolved"`, "the chart counts 3 commits and a gap")
+			require.Contains(t, r.body, `aria-label="4 resolved in the last 10m0s; per 30s, oldest first: 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 4"`,
+				"the chart counts 3 commits and a gap")
 			require.Zero(t, cs.read.Load(), "the streams page read whole entries")
 		})
 	}
@@ -58,6 +60,24 @@ func TestExpiredCountCapped(t *testing.T) {
 	require.Contains(t, r.body, `<td class="num bad">100&#43;</td>`)
 }
 
+// A stream with more resolutions in the window than ChartSample shows an
+// estimate, marked as one; the store sampled every Stride-th number.
+func TestChartEstimateMarked(t *testing.T) {
+	for name, s := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			_, err := s.(store.Appender).Append(t.Context(), "busy", make([]store.AppendRequest, 30), nil)
+			require.NoError(t, err)
+			r := get(t, newHandler(t, s, &ui.Config{ChartSample: 10}), "/")
+			require.Equal(t, 200, r.status)
+			row := rowOf(t, r.body, "busy")
+			require.Contains(t, row, `<span class="total">≈30</span>`)
+			require.Contains(t, row, `aria-label="about 30 resolved in the last 10m0s;`)
+			r = get(t, newHandler(t, s, &ui.Config{ChartSample: 30}), "/")
+			require.Contains(t, rowOf(t, r.body, "busy"), `<span class="total">30</span>`, "30 samples read every number")
+		})
+	}
+}
+
 // A ChartWindow under a second (a step of zero between the chart's bars)
 // is refused, naming the field.
 func TestChartWindowValidated(t *testing.T) {
@@ -73,7 +93,8 @@ func TestChartWindowValidated(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// panicking is a store whose Stats panics for the stream "boom".
+// panicking is a store whose Stats panics for the stream "boom", and so
+// do summaries that include it.
 type panicking struct{ *memory.Store }
 
 func (p panicking) Stats(ctx context.Context, name string) (store.StreamStats, error) {
@@ -81,6 +102,13 @@ func (p panicking) Stats(ctx context.Context, name string) (store.StreamStats, e
 		panic("stats exploded")
 	}
 	return p.Store.Stats(ctx, name)
+}
+
+func (p panicking) SummarizeStreams(ctx context.Context, names []string, sp *store.SummaryParams) ([]store.StreamSummary, error) {
+	if slices.Contains(names, "boom") {
+		panic("stats exploded")
+	}
+	return p.Store.SummarizeStreams(ctx, names, sp)
 }
 
 // A panic in a page's worker goroutines answers 500; it does not end the

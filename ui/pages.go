@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -40,9 +41,9 @@ type streamRow struct {
 	Stats         store.StreamStats
 	Link, GapLink string
 	Lag           int64 // numbers handed out beyond the watermark
-	Expired       int
+	Expired       int   // counted up to expiredCap
 	ExpiredCapped bool
-	Parked        int    // among the expired ones counted
+	Parked        int64
 	ParkedLink    string // the parked page of the stream
 	OpenGaps      int64
 	OldestAge     time.Duration
@@ -53,7 +54,6 @@ type streamsData struct {
 	Rows        []streamRow
 	Next        string // the next page's link; empty on the last page
 	ChartWindow time.Duration
-	ChartSample int
 }
 
 // streamsPage lists a page of streams (after, limit) with their figures.
@@ -70,7 +70,7 @@ func (h *Handler) streamsPage(ctx context.Context, r *http.Request, now time.Tim
 	if err != nil {
 		return "", nil, err
 	}
-	d := streamsData{ChartWindow: h.cfg.ChartWindow, ChartSample: h.cfg.ChartSample}
+	d := streamsData{ChartWindow: h.cfg.ChartWindow}
 	if len(names) > limit {
 		names = names[:limit]
 		d.Next = link("./", "after", names[limit-1], "limit", r.URL.Query().Get("limit"))
@@ -83,89 +83,59 @@ func (h *Handler) streamsPage(ctx context.Context, r *http.Request, now time.Tim
 	return "streams", d, nil
 }
 
-// streamWorkers is how many streams the streams page reads at once: the
-// reads are round trips, so a few in parallel cut the page's latency.
+// streamWorkers is how many statements the streams page sends at once,
+// each summarizing a share of the page's streams: a few side by side use
+// the database's cores.
 const streamWorkers = 4
 
-// streamRows reads the rows of names, streamWorkers at a time, and
-// returns once every reader has returned. A stream gone since the listing
-// is left out; the first other error cancels the rest and is returned.
+// streamRows reads the rows of names in up to streamWorkers calls of
+// SummarizeStreams side by side, and returns once every call has returned.
+// A stream gone since the listing is left out; the first error cancels the
+// other calls and is returned.
 func (h *Handler) streamRows(ctx context.Context, names []string, now time.Time) ([]streamRow, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	rows := make([]streamRow, len(names))
-	found := make([]bool, len(names))
-	next := make(chan int)
+	p := &store.SummaryParams{Now: &now, ExpiredLimit: expiredCap + 1, Window: h.cfg.ChartWindow,
+		Buckets: chartBuckets, Samples: h.cfg.ChartSample}
+	parts := slices.Collect(slices.Chunk(names, max(1, (len(names)+streamWorkers-1)/streamWorkers)))
+	sums := make([][]store.StreamSummary, len(parts))
 	var wg sync.WaitGroup
-	for range min(streamWorkers, len(names)) {
+	for i, part := range parts {
 		wg.Go(func() {
 			// A panic here would end the process: nothing above this
 			// goroutine recovers it. It fails the page instead (500).
 			defer func() {
 				if p := recover(); p != nil {
-					cancel(fmt.Errorf("ui: reading a stream's row panicked: %v\n%s", p, debug.Stack()))
-					for range next { // let the sender finish
-					}
+					cancel(fmt.Errorf("ui: summarizing streams panicked: %v\n%s", p, debug.Stack()))
 				}
 			}()
-			for i := range next {
-				row, err := h.streamRow(ctx, names[i], now)
-				switch {
-				case errors.Is(err, store.ErrStreamNotFound): // gone since the listing
-				case err != nil:
-					cancel(err)
-				default:
-					rows[i], found[i] = row, true
-				}
+			var err error
+			if sums[i], err = h.cfg.Store.SummarizeStreams(ctx, part, p); err != nil {
+				cancel(err)
 			}
 		})
 	}
-	for i := range names {
-		select {
-		case next <- i:
-			continue
-		case <-ctx.Done():
-		}
-		break
-	}
-	close(next)
 	wg.Wait()
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
-	out := rows[:0]
-	for i, row := range rows {
-		if found[i] {
-			out = append(out, row)
-		}
+	var rows []streamRow
+	for _, sum := range slices.Concat(sums...) {
+		rows = append(rows, h.streamRow(sum, now))
 	}
-	return out, nil
+	return rows, nil
 }
 
-func (h *Handler) streamRow(ctx context.Context, name string, now time.Time) (streamRow, error) {
-	s := h.cfg.Store
-	st, err := s.Stats(ctx, name)
-	if err != nil {
-		return streamRow{}, err
+func (h *Handler) streamRow(sum store.StreamSummary, now time.Time) streamRow {
+	name := sum.Stream
+	row := streamRow{Stats: sum.StreamStats, Link: link("stream", "name", name), GapLink: link("gaps", "stream", name),
+		Lag: sum.NextNumber - 1 - sum.Watermark, OpenGaps: sum.OpenGaps, Parked: sum.Parked,
+		ParkedLink: link("parked", "stream", name), Chart: newChart(sum.Throughput)}
+	if sum.OldestUnresolved > 0 {
+		row.OldestAge = now.Sub(sum.OldestUnresolvedAt)
 	}
-	row := streamRow{Stats: st, Link: link("stream", "name", name), GapLink: link("gaps", "stream", name),
-		Lag: st.NextNumber - 1 - st.Watermark}
-	if st.OldestUnresolved > 0 {
-		row.OldestAge = now.Sub(st.OldestUnresolvedAt)
-	}
-	if st.Unresolved > 0 {
-		es, err := s.ListExpired(ctx, &store.ListExpiredParams{Stream: name, Limit: expiredCap + 1, Now: &now})
-		if err != nil {
-			return streamRow{}, err
-		}
-		row.Expired, row.ExpiredCapped = min(len(es), expiredCap), len(es) > expiredCap
-		row.Parked, row.ParkedLink = countParked(es[:row.Expired]), link("parked", "stream", name)
-	}
-	if row.OpenGaps, err = s.CountGaps(ctx, name); err != nil {
-		return streamRow{}, err
-	}
-	row.Chart, err = h.throughput(ctx, st, now)
-	return row, err
+	row.Expired, row.ExpiredCapped = int(min(sum.Expired, expiredCap)), sum.Expired > expiredCap
+	return row
 }
 
 // timelineEntry is one number on the stream page.
@@ -281,17 +251,6 @@ func label(e store.Entry, now time.Time) string {
 		return "filled"
 	}
 	return string(e.State)
-}
-
-// countParked counts the parked entries of es.
-func countParked(es []store.Entry) int {
-	n := 0
-	for _, e := range es {
-		if e.Parked() {
-			n++
-		}
-	}
-	return n
 }
 
 // preview returns the first n bytes of p Go-quoted (control characters

@@ -26,9 +26,9 @@ type StreamSource interface {
 	Streams(ctx context.Context, after string, limit int) ([]string, error)
 	Stats(ctx context.Context, stream string) (store.StreamStats, error)
 	Read(ctx context.Context, stream string, after int64, limit int) ([]store.Entry, error)
-	// ReadResolutions (store.ResolutionReader) feeds the throughput chart
-	// without reading the entries' payloads.
-	ReadResolutions(ctx context.Context, stream string, after int64, limit int) ([]store.Resolution, error)
+	// SummarizeStreams (store.StreamSummarizer) reads the rows of the
+	// streams page, throughput included, a statement for many streams.
+	SummarizeStreams(ctx context.Context, streams []string, p *store.SummaryParams) ([]store.StreamSummary, error)
 	ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]store.Entry, error)
 	Now(ctx context.Context) (time.Time, error)
 }
@@ -72,7 +72,7 @@ const (
 	DefaultTimeout      = 10 * time.Second
 	DefaultSpan         = 40
 	DefaultChartWindow  = 10 * time.Minute
-	DefaultChartSample  = 500
+	DefaultChartSample  = 200
 )
 
 // MinChartWindow is the shortest Config.ChartWindow accepted.
@@ -116,8 +116,10 @@ type Config struct {
 	// ChartWindow is the span of the throughput chart of the streams page;
 	// default DefaultChartWindow (10 minutes), at least MinChartWindow (1 s).
 	ChartWindow time.Duration
-	// ChartSample is how many of a stream's most recent numbers the chart
-	// reads; default DefaultChartSample (500), at most store.MaxListLimit.
+	// ChartSample is the most numbers of a stream the chart reads
+	// (store.SummaryParams.Samples): up to it the counts are exact, beyond
+	// it estimated from every Stride-th number. Default DefaultChartSample
+	// (200), at most store.MaxListLimit.
 	ChartSample int
 	// Logger receives the store errors of requests and, with Actions, a
 	// record of every action at INFO; nil discards them.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -498,14 +499,15 @@ func TestStreamReadErrorAnswers500(t *testing.T) {
 	require.Contains(t, log.String(), "stats of bad failed")
 }
 
-// failingStats is a store whose Stats fails for the stream "bad".
+// failingStats is a store whose summaries fail when they include the
+// stream "bad".
 type failingStats struct{ *memory.Store }
 
-func (f failingStats) Stats(ctx context.Context, name string) (store.StreamStats, error) {
-	if name == "bad" {
-		return store.StreamStats{}, errString("stats of bad failed")
+func (f failingStats) SummarizeStreams(ctx context.Context, names []string, p *store.SummaryParams) ([]store.StreamSummary, error) {
+	if slices.Contains(names, "bad") {
+		return nil, errString("stats of bad failed")
 	}
-	return f.Store.Stats(ctx, name)
+	return f.Store.SummarizeStreams(ctx, names, p)
 }
 
 // TestLeasePagesStatus shows a holding past its expiry that maintenance has

@@ -603,39 +603,6 @@ func (s *Store) Read(ctx context.Context, name string, after int64, limit int) (
 	return out, nil
 }
 
-var _ store.ResolutionReader = (*Store)(nil)
-
-// ReadResolutions implements store.ResolutionReader: Read without the
-// entries' payloads and texts.
-func (s *Store) ReadResolutions(ctx context.Context, name string, after int64, limit int) ([]store.Resolution, error) {
-	limit, err := store.ValidateRead(name, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read resolutions: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("read resolutions: %w", err)
-	}
-	st, err := s.stream(name)
-	if err != nil {
-		return nil, fmt.Errorf("read resolutions: %w", err)
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if after+1 < st.low {
-		return nil, fmt.Errorf("read resolutions: %w", &store.TrimmedError{Stream: name, LowPoint: st.low})
-	}
-	from := min(after+1, st.last+1)
-	to := min(from+int64(limit), st.last+1)
-	if to <= from {
-		return nil, nil
-	}
-	out := make([]store.Resolution, 0, to-from)
-	for n := from; n < to; n++ {
-		out = append(out, store.Resolution{Number: n, ResolvedAt: st.at(n).time(tResolved)})
-	}
-	return out, nil
-}
-
 // Stats implements the storage contract's Stats.
 func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, error) {
 	if err := store.ValidateStream(name); err != nil {
@@ -650,8 +617,13 @@ func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, erro
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	return st.stats(), nil
+}
+
+// stats returns the stream's Stats. st.mu must be held.
+func (st *stream) stats() store.StreamStats {
 	stats := store.StreamStats{
-		Stream:     name,
+		Stream:     st.name,
 		NextNumber: st.last + 1,
 		Watermark:  st.firstUnresolved - 1,
 		Unresolved: st.unresolved,
@@ -661,7 +633,7 @@ func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, erro
 		stats.OldestUnresolved = st.firstUnresolved
 		stats.OldestUnresolvedAt = st.at(st.firstUnresolved).time(tLeased)
 	}
-	return stats, nil
+	return stats
 }
 
 // Streams implements the storage contract's Streams.

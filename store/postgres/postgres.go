@@ -745,42 +745,6 @@ func (s *Store) Read(ctx context.Context, stream string, after int64, limit int)
 	return out, nil
 }
 
-var _ store.ResolutionReader = (*Store)(nil)
-
-// ReadResolutions implements store.ResolutionReader: Read's statement
-// with two columns, so that no payload crosses the wire.
-func (s *Store) ReadResolutions(ctx context.Context, stream string, after int64, limit int) ([]store.Resolution, error) {
-	const op = "read resolutions"
-	limit, err := store.ValidateRead(stream, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	rows, err := s.db.Query(ctx, s.q.readResolutions, stream, after, limit)
-	if err != nil {
-		return nil, interpretError(op, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Resolution, error) {
-		var r store.Resolution
-		var at *time.Time
-		err := row.Scan(&r.Number, &at)
-		if at != nil {
-			r.ResolvedAt = *at
-		}
-		return r, err
-	})
-	if err != nil {
-		return nil, interpretError(op, err)
-	}
-	first := int64(0)
-	if len(out) > 0 {
-		first = out[0].Number
-	}
-	if err := s.checkRead(ctx, op, stream, after, first); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // checkRead tells why a read after `after` found first as its first
 // number (0: nothing). Numbers are dense, so a result that does not start
 // at after+1 (or is empty) means the stream is unknown, the caller is at

@@ -14,7 +14,7 @@ type queries struct {
 	probe, listExpired, listExpiredStream        string
 	read, streamExists, stats, now               string
 	snapshot, readResolved, lowPoint             string
-	readResolutions                              string
+	summarize                                    string
 	listGaps, listGapHistory, countGaps, fillGap string
 	fillProbe, trim, recoverExpired              string
 	resolveExpiredBatch, streams                 string
@@ -337,11 +337,6 @@ ORDER BY number LIMIT $4`,
 SELECT ` + entryColumns + ` FROM {s}.entries
 WHERE stream = $1 AND number > $2 ORDER BY number LIMIT $3`,
 
-		// Read's rows without the entries: no payload, no texts.
-		readResolutions: `
-SELECT number, resolved_at FROM {s}.entries
-WHERE stream = $1 AND number > $2 ORDER BY number LIMIT $3`,
-
 		streamExists: `SELECT true FROM {s}.streams WHERE name = $1`,
 
 		// One statement, one snapshot.
@@ -418,7 +413,7 @@ SELECT u.number FROM u`
 		*p = strings.Replace(*p, "{hook}", "", 1)
 	}
 	for _, p := range []*string{&q.lease, &q.leaseMulti, &q.commit, &q.release, &q.extend, &q.resolveExpired,
-		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.readResolutions, &q.streamExists, &q.stats,
+		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
 		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams,
 		&q.recoverExpiredBatch, &q.probeBatch, &q.appendEntries, &q.confirm, &q.resolveExpiredHook,
@@ -428,8 +423,9 @@ SELECT u.number FROM u`
 	}
 	q.recordFailure, q.listParked, q.listParkedStream = recordFailureSQL, listParkedSQL, listParkedStreamSQL
 	q.countParked, q.unpark, q.parkedProbe = countParkedSQL, unparkSQL, parkedProbeSQL
+	q.summarize = summarizeSQL
 	for _, p := range []*string{&q.recordFailure, &q.listParked, &q.listParkedStream, &q.countParked,
-		&q.unpark, &q.parkedProbe} {
+		&q.unpark, &q.parkedProbe, &q.summarize} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	return q

@@ -49,8 +49,8 @@ func capabilities(s Store) []group[Store] {
 	if _, ok := s.(store.Parker); ok {
 		out = append(out, group[Store]{"Parked", testParked})
 	}
-	if _, ok := s.(store.ResolutionReader); ok {
-		out = append(out, group[Store]{"ReadResolutions", testReadResolutions})
+	if _, ok := s.(store.StreamSummarizer); ok {
+		out = append(out, group[Store]{"Summarize", testSummarize})
 	}
 	if _, ok := s.(store.RecoveryHistory); ok {
 		out = append(out, group[Store]{"RecoveryHistory", testRecoveryHistory})
