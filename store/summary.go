@@ -10,9 +10,11 @@ import (
 // many streams at once: what a status page lists of each stream, in one
 // call rather than a few per stream.
 type StreamSummarizer interface {
-	// SummarizeStreams returns the summaries of streams, in their order,
-	// leaving out the streams that do not exist. Each summary is read in
-	// one snapshot of its stream. At most MaxListLimit names.
+	// SummarizeStreams returns the summaries of streams, in their order
+	// (a name given twice, twice), leaving out the streams that do not
+	// exist. Each summary is read in one snapshot of its stream. At most
+	// MaxListLimit names; the cost grows with the names times
+	// SummaryParams.Samples, so a caller summarizes a page at a time.
 	SummarizeStreams(ctx context.Context, streams []string, p *SummaryParams) ([]StreamSummary, error)
 }
 

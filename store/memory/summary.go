@@ -25,7 +25,7 @@ func (s *Store) SummarizeStreams(ctx context.Context, names []string, p *store.S
 		pinned = p.Now
 	}
 	now := s.clock(pinned)
-	out := make([]store.StreamSummary, 0, len(names))
+	var out []store.StreamSummary
 	for _, name := range names {
 		if st := s.lookup(name); st != nil {
 			out = append(out, st.summary(sum, now))
@@ -60,15 +60,13 @@ func (st *stream) summary(sum store.Summary, now time.Time) store.StreamSummary 
 // PostgreSQL statement. st.mu must be held.
 func (st *stream) throughput(sum store.Summary, now time.Time) store.Throughput {
 	t := store.Throughput{Since: now.Add(-sum.Window()), Step: sum.Step, Counts: make([]int64, sum.Buckets)}
-	resolvedAt := func(n int64) time.Time {
-		if e := st.at(n); e.slot.state.resolved() {
-			return e.time(tResolved)
-		}
-		return time.Time{}
+	resolvedAt := func(n int64) (time.Time, bool) {
+		e := st.at(n)
+		return e.time(tResolved), e.slot.state.resolved()
 	}
 	lo := st.low - 1
 	for d := int64(0); d <= st.last-st.low; d = 2*d + 1 {
-		if at := resolvedAt(st.last - d); !at.IsZero() && !at.After(t.Since) {
+		if at, ok := resolvedAt(st.last - d); ok && !at.After(t.Since) {
 			lo = st.last - d
 			break
 		}
@@ -79,7 +77,7 @@ func (st *stream) throughput(sum store.Summary, now time.Time) store.Throughput 
 	t.From = lo + 1
 	t.Stride = max(1, (st.last-lo+int64(sum.Samples)-1)/int64(sum.Samples))
 	for n := st.last; n > lo; n -= t.Stride {
-		if at := resolvedAt(n); !at.IsZero() && !at.After(now) {
+		if at, ok := resolvedAt(n); ok && !at.After(now) {
 			if b := store.Bucket(t.Since, at, t.Step); b >= 0 {
 				t.Counts[b] += t.Stride
 			}

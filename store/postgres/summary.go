@@ -97,6 +97,9 @@ func (s *Store) SummarizeStreams(ctx context.Context, streams []string, p *store
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if len(streams) == 0 {
 		return nil, nil
 	}

@@ -172,6 +172,37 @@ func testSummarize(t *testing.T, newStore func(t *testing.T) Store) {
 		require.Equal(t, int64(1), got[0].Throughput.Stride)
 	})
 
+	t.Run("throughput starts at the low point of a trimmed stream", func(t *testing.T) {
+		b := setup(t, newStore)
+		s, idle := b.name(""), b.name("-idle")
+		reqs := make([]store.LeaseRequest, 110)
+		for i := range reqs {
+			reqs[i] = req(time.Hour, "op")
+		}
+		es := b.lease(s, 0, reqs...)
+		for _, e := range es {
+			b.commit(e, 15*time.Minute, nil)
+		}
+		b.trim(s, 41)
+		b.lease(idle, 0, req(time.Hour, "a"), req(time.Hour, "b"))
+		p := store.SummaryParams{Window: 10 * time.Minute, Buckets: 2, Samples: 30}
+		got := b.summarize([]string{s, idle, s}, 20*time.Minute, p)
+		require.Len(t, got, 3)
+		require.Equal(t, got[0], got[2], "a name given twice is summarized twice")
+		tp := got[0].Throughput
+		require.Equal(t, int64(41), got[0].LowPoint)
+		require.Equal(t, int64(41), tp.From, "no probe found a number resolved before the window: From is the low point")
+		require.Equal(t, int64(3), tp.Stride, "70 numbers, 30 samples")
+		require.Equal(t, []int64{72, 0}, tp.Counts, "110, 107, ..., 41: 24 samples of 3")
+		require.Equal(t, store.Throughput{Since: b.time(10 * time.Minute).UTC(), Step: 5 * time.Minute,
+			Counts: []int64{0, 0}, From: 1, Stride: 1}, got[1].Throughput, "all leased: nothing resolved")
+
+		b.trim(s, 111)
+		got = b.summarize([]string{s}, 20*time.Minute, p)
+		require.Equal(t, int64(111), got[0].Throughput.From, "trimmed whole: nothing to read")
+		require.Equal(t, []int64{0, 0}, got[0].Throughput.Counts)
+	})
+
 	t.Run("bad input is refused", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.name("")
