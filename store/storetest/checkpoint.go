@@ -55,11 +55,7 @@ func requireRefused(t *testing.T, err, sentinel error, want store.CheckpointErro
 // commitUpTo leases n numbers of stream and commits the first k of them.
 func (b *bundle) commitUpTo(stream string, n, k int) []store.Entry {
 	b.t.Helper()
-	reqs := make([]store.LeaseRequest, n)
-	for i := range reqs {
-		reqs[i] = req(time.Hour, "op")
-	}
-	es := b.lease(stream, 0, reqs...)
+	es := b.leaseHour(stream, n)
 	for _, e := range es[:k] {
 		b.commit(e, time.Second, nil)
 	}

@@ -23,6 +23,16 @@ func (b *bundle) summarize(streams []string, at time.Duration, p store.SummaryPa
 	return out
 }
 
+// leaseHour leases n numbers of stream for an hour at base.
+func (b *bundle) leaseHour(stream string, n int) []store.Entry {
+	b.t.Helper()
+	reqs := make([]store.LeaseRequest, n)
+	for i := range reqs {
+		reqs[i] = req(time.Hour, "op")
+	}
+	return b.lease(stream, 0, reqs...)
+}
+
 // testSummarize checks store.StreamSummarizer: each summary agrees with
 // Stats, CountGaps, ListExpired and ListParked, and the throughput counts
 // the resolutions of its window as store.Throughput says, exactly or by
@@ -72,11 +82,7 @@ func testSummarize(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("throughput counts the resolutions of its window", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.name("")
-		reqs := make([]store.LeaseRequest, 12)
-		for i := range reqs {
-			reqs[i] = req(time.Hour, "op")
-		}
-		es := b.lease(s, 0, reqs...)
+		es := b.leaseHour(s, 12)
 		// The window is (10m, 20m], ten intervals of a minute.
 		at := map[int]time.Duration{
 			0: 5 * time.Minute,                   // before the window
@@ -111,11 +117,7 @@ func testSummarize(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("throughput probes back and misses what resolved below From", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.name("")
-		reqs := make([]store.LeaseRequest, 110)
-		for i := range reqs {
-			reqs[i] = req(time.Hour, "op")
-		}
-		es := b.lease(s, 0, reqs...)
+		es := b.leaseHour(s, 110)
 		for _, e := range es[:100] {
 			if e.Number != 50 {
 				b.commit(e, time.Minute, nil) // before the window
@@ -139,11 +141,7 @@ func testSummarize(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("throughput samples every Stride-th number past Samples", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.name("")
-		reqs := make([]store.LeaseRequest, 200)
-		for i := range reqs {
-			reqs[i] = req(time.Hour, "op")
-		}
-		es := b.lease(s, 0, reqs...)
+		es := b.leaseHour(s, 200)
 		for i, e := range es {
 			d := 12 * time.Minute
 			if i >= 100 {
@@ -175,11 +173,7 @@ func testSummarize(t *testing.T, newStore func(t *testing.T) Store) {
 	t.Run("throughput starts at the low point of a trimmed stream", func(t *testing.T) {
 		b := setup(t, newStore)
 		s, idle := b.name(""), b.name("-idle")
-		reqs := make([]store.LeaseRequest, 110)
-		for i := range reqs {
-			reqs[i] = req(time.Hour, "op")
-		}
-		es := b.lease(s, 0, reqs...)
+		es := b.leaseHour(s, 110)
 		for _, e := range es {
 			b.commit(e, 15*time.Minute, nil)
 		}
