@@ -119,16 +119,19 @@ func skewScenario(t *testing.T, skew time.Duration) {
 	}
 
 	// A named lease kept alive on the skewed clock stays held; the opposite
-	// clock sees it held, then takes it when it is released.
-	a, err := m1.TryAcquire(ctx, "skew/kept", &lease.AcquireOpts{TTL: 300 * time.Millisecond, KeepAlive: true})
+	// clock sees it held, then takes it when it is released. Kept alive for
+	// two TTLs and renewed at a quarter of its TTL, each renewal has 750 ms
+	// to come back: with a 300 ms TTL at the default share it had about
+	// 120 ms, which a loaded make test missed once.
+	a, err := m1.TryAcquire(ctx, "skew/kept", &lease.AcquireOpts{TTL: time.Second, KeepAlive: true, RenewShare: 0.25})
 	require.NoError(t, err)
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second)
 	require.NoError(t, a.Err())
 	_, err = m2.TryAcquire(ctx, "skew/kept", &lease.AcquireOpts{TTL: 300 * time.Millisecond})
 	var held *lease.HeldError
 	require.ErrorAs(t, err, &held)
 	require.Equal(t, "skewed", held.Owner)
-	require.LessOrEqual(t, held.Remaining(), 300*time.Millisecond)
+	require.LessOrEqual(t, held.Remaining(), time.Second)
 	require.NoError(t, a.Release(ctx))
 	c, err := m2.TryAcquire(ctx, "skew/kept", &lease.AcquireOpts{TTL: 300 * time.Millisecond})
 	require.NoError(t, err)
