@@ -134,7 +134,7 @@ type Service struct {
 	mu          sync.Mutex // serialises cycles (the loop and RunOnce)
 	lastLatency time.Duration
 	attempts    map[string]attempt   // failed recoveries, by stream; under mu
-	refused     map[string]time.Time // streams whose recoveries the store refused (lost history), by finding: few, kept; under mu
+	refused     map[string]time.Time // streams whose recoveries the store refuses (lost history), by finding, until a write goes through; under mu
 	history     historySync          // the pipeline's recovery history, synced with the store; under mu
 
 	wake   wake   // streams waiting behind a live lease

@@ -96,10 +96,12 @@ func TestHistoryLostRefusesQuietly(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	require.Len(t, log.messages(), 1, "logged once for the refusal: %q", log.messages())
+	require.Equal(t, 1, cleanup.RefusedStreams(sv))
 
-	// Accepted: the next cycle moves them.
+	// Accepted: the next cycle moves them, and the refusal is forgotten.
 	require.NoError(t, s.AcceptHistory("lost"))
 	res, err := sv.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Resolved[recovery.MethodRetry])
+	require.Zero(t, cleanup.RefusedStreams(sv), "a stream whose write went through is no longer held as refused")
 }

@@ -210,6 +210,7 @@ func (w *walk) gaps(ctx context.Context, run []pending) bool {
 	if err != nil {
 		return w.unknown(ctx, run, err)
 	}
+	w.accepted()
 	mine := make(map[int64]bool, len(resolved))
 	for _, n := range resolved {
 		mine[n] = true
@@ -254,6 +255,9 @@ func (w *walk) moves(ctx context.Context, run []pending) bool {
 		res, err = sv.store.RecoverExpiredBatch(qctx, w.stream, items, p)
 	}
 	cancel()
+	if err == nil {
+		w.accepted()
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrHistoryLost) && w.knownRefusal(err) {
 			return w.refused(run, err) // refused before any statement
@@ -361,6 +365,11 @@ func (w *walk) knownRefusal(err error) bool {
 	at, ok := w.c.sv.refused[w.stream]
 	return ok && at.Equal(refusedAt(err))
 }
+
+// accepted forgets a refusal of the stream once a write of it went
+// through: its history was accepted, and the set of refused streams keeps
+// only the streams still refused.
+func (w *walk) accepted() { delete(w.c.sv.refused, w.stream) }
 
 // refusedAt tells refusals apart: the time its finding was made at.
 func refusedAt(err error) time.Time {
