@@ -68,6 +68,33 @@ var (
 	ErrReadOnly = errors.New("seqlease: read-only: writes refused")
 )
 
+// ErrNotSent is matched by the error of a call that failed before anything
+// of it reached the backend: its context had ended, no connection could be
+// had from the pool, or the connection failed before the statement was
+// written. It certainly changed nothing, so it may be retried as it is,
+// and a caller that must tell "failed" from "maybe applied" (a renewal, a
+// commit) can count it as failed. Such an error still matches its cause
+// (context.Canceled, a pool's error); a failure that does not match
+// ErrNotSent may or may not have been applied.
+var ErrNotSent = errors.New("seqlease: not sent")
+
+// NotSent returns err marked as matching ErrNotSent, its text unchanged;
+// nil for nil. Backends mark with it the failures they know came before
+// sending.
+func NotSent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &notSentError{err}
+}
+
+// notSentError is an error NotSent marked.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string        { return e.err.Error() }
+func (e *notSentError) Unwrap() error        { return e.err }
+func (e *notSentError) Is(target error) bool { return target == ErrNotSent }
+
 // invalidError is an input error: it matches its own sentinel and
 // ErrInvalidArgument.
 type invalidError struct{ msg string }

@@ -45,7 +45,7 @@ func (s *Store) Checkpoint(ctx context.Context, reader, stream string) (int64, e
 		return 0, fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("checkpoint: %w", err)
+		return 0, fmt.Errorf("checkpoint: %w", store.NotSent(err))
 	}
 	s.ckpt.mu.Lock()
 	defer s.ckpt.mu.Unlock()
@@ -59,7 +59,7 @@ func (s *Store) SaveCheckpoint(ctx context.Context, reader, stream string, posit
 		return fmt.Errorf("save checkpoint: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("save checkpoint: %w", err)
+		return fmt.Errorf("save checkpoint: %w", store.NotSent(err))
 	}
 	var now *time.Time
 	if p != nil {
@@ -90,7 +90,7 @@ func (s *Store) DeleteCheckpoint(ctx context.Context, reader, stream string) err
 		return fmt.Errorf("delete checkpoint: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("delete checkpoint: %w", err)
+		return fmt.Errorf("delete checkpoint: %w", store.NotSent(err))
 	}
 	key := checkpointKey{reader, stream}
 	s.ckpt.mu.Lock()
@@ -110,7 +110,7 @@ func (s *Store) ListCheckpoints(ctx context.Context, p *store.ListCheckpointsPar
 		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list checkpoints: %w", err)
+		return nil, fmt.Errorf("list checkpoints: %w", store.NotSent(err))
 	}
 	if p == nil {
 		p = &store.ListCheckpointsParams{}

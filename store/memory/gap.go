@@ -19,7 +19,7 @@ func (s *Store) ListGaps(ctx context.Context, name string, p *store.ListGapsPara
 		return nil, fmt.Errorf("list gaps: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list gaps: %w", err)
+		return nil, fmt.Errorf("list gaps: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -47,7 +47,7 @@ func (s *Store) CountGaps(ctx context.Context, name string) (int64, error) {
 		return 0, fmt.Errorf("count gaps: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("count gaps: %w", err)
+		return 0, fmt.Errorf("count gaps: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -65,7 +65,7 @@ func (s *Store) FillGap(ctx context.Context, name string, number int64, p *store
 		return fmt.Errorf("fill gap: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("fill gap: %w", err)
+		return fmt.Errorf("fill gap: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {

@@ -64,7 +64,7 @@ func (s *Store) ClaimHooks(ctx context.Context, p *store.ClaimHooksParams) ([]st
 		return nil, fmt.Errorf("claim hooks: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("claim hooks: %w", err)
+		return nil, fmt.Errorf("claim hooks: %w", store.NotSent(err))
 	}
 	now := s.clock(p.Now)
 	q := &s.hooks
@@ -98,7 +98,7 @@ func (s *Store) AckHook(ctx context.Context, stream string, number int64, attemp
 		return false, fmt.Errorf("ack hook: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("ack hook: %w", err)
+		return false, fmt.Errorf("ack hook: %w", store.NotSent(err))
 	}
 	q := &s.hooks
 	q.mu.Lock()
@@ -118,7 +118,7 @@ func (s *Store) RetryHook(ctx context.Context, stream string, number int64, atte
 		return false, fmt.Errorf("retry hook: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("retry hook: %w", err)
+		return false, fmt.Errorf("retry hook: %w", store.NotSent(err))
 	}
 	now := s.clock(nil)
 	q := &s.hooks
@@ -139,7 +139,7 @@ func (s *Store) AddHooks(ctx context.Context, name string, numbers []int64) ([]i
 		return nil, fmt.Errorf("add hooks: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("add hooks: %w", err)
+		return nil, fmt.Errorf("add hooks: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -164,7 +164,7 @@ func (s *Store) AddHooks(ctx context.Context, name string, numbers []int64) ([]i
 // HookStats implements store.HookQueue.
 func (s *Store) HookStats(ctx context.Context) (store.HookStats, error) {
 	if err := ctx.Err(); err != nil {
-		return store.HookStats{}, fmt.Errorf("hook stats: %w", err)
+		return store.HookStats{}, fmt.Errorf("hook stats: %w", store.NotSent(err))
 	}
 	q := &s.hooks
 	q.mu.Lock()

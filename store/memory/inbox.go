@@ -28,7 +28,7 @@ func (s *Store) MarkReceived(ctx context.Context, consumer, messageID string, p 
 		return false, fmt.Errorf("mark received: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("mark received: %w", err)
+		return false, fmt.Errorf("mark received: %w", store.NotSent(err))
 	}
 	var now *time.Time
 	if p != nil {
@@ -59,7 +59,7 @@ func (s *Store) Received(ctx context.Context, consumer, messageID string) (time.
 		return time.Time{}, false, fmt.Errorf("received: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return time.Time{}, false, fmt.Errorf("received: %w", err)
+		return time.Time{}, false, fmt.Errorf("received: %w", store.NotSent(err))
 	}
 	s.inbox.mu.Lock()
 	defer s.inbox.mu.Unlock()
@@ -75,7 +75,7 @@ func (s *Store) CountReceived(ctx context.Context, consumer string) (int64, erro
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("count received: %w", err)
+		return 0, fmt.Errorf("count received: %w", store.NotSent(err))
 	}
 	s.inbox.mu.Lock()
 	defer s.inbox.mu.Unlock()
@@ -98,7 +98,7 @@ func (s *Store) PurgeReceived(ctx context.Context, p *store.PurgeReceivedParams)
 		return 0, fmt.Errorf("purge received: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("purge received: %w", err)
+		return 0, fmt.Errorf("purge received: %w", store.NotSent(err))
 	}
 	var now *time.Time
 	if p != nil {

@@ -144,7 +144,7 @@ func (s *Store) Lease(ctx context.Context, name string, reqs []store.LeaseReques
 		return nil, fmt.Errorf("lease: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
+		return nil, fmt.Errorf("lease: %w", store.NotSent(err))
 	}
 	var owner string
 	var pinned *time.Time
@@ -175,7 +175,7 @@ func (s *Store) LeaseOne(ctx context.Context, name string, req store.LeaseReques
 		return store.Entry{}, fmt.Errorf("lease: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return store.Entry{}, fmt.Errorf("lease: %w", err)
+		return store.Entry{}, fmt.Errorf("lease: %w", store.NotSent(err))
 	}
 	var owner string
 	var pinned *time.Time
@@ -224,7 +224,7 @@ func (s *Store) holding(ctx context.Context, name string, number int64, token st
 		return nil, rec{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, rec{}, err
+		return nil, rec{}, store.NotSent(err)
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -385,7 +385,7 @@ func (s *Store) ResolveExpiredBatch(ctx context.Context, name string, numbers []
 		return nil, fmt.Errorf("resolve expired batch: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("resolve expired batch: %w", err)
+		return nil, fmt.Errorf("resolve expired batch: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -457,7 +457,7 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, name string, items []st
 		return nil, fmt.Errorf("recover expired batch: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("recover expired batch: %w", err)
+		return nil, fmt.Errorf("recover expired batch: %w", store.NotSent(err))
 	}
 	out := make([]store.RecoverResult, len(items))
 	st, err := s.stream(name)
@@ -493,7 +493,7 @@ func (s *Store) RecoverExpiredBatch(ctx context.Context, name string, items []st
 // (or why not). On success the caller must unlock st.mu.
 func (s *Store) expired(ctx context.Context, name string, number int64, pinned *time.Time) (*stream, rec, time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, rec{}, time.Time{}, err
+		return nil, rec{}, time.Time{}, store.NotSent(err)
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -526,7 +526,7 @@ func (s *Store) ListExpired(ctx context.Context, p *store.ListExpiredParams) ([]
 		return nil, fmt.Errorf("list expired: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list expired: %w", err)
+		return nil, fmt.Errorf("list expired: %w", store.NotSent(err))
 	}
 	now := s.clock(p.Now)
 	var names []string
@@ -581,7 +581,7 @@ func (s *Store) Read(ctx context.Context, name string, after int64, limit int) (
 		return nil, fmt.Errorf("read: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("read: %w", err)
+		return nil, fmt.Errorf("read: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -609,7 +609,7 @@ func (s *Store) Stats(ctx context.Context, name string) (store.StreamStats, erro
 		return store.StreamStats{}, fmt.Errorf("stats: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return store.StreamStats{}, fmt.Errorf("stats: %w", err)
+		return store.StreamStats{}, fmt.Errorf("stats: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -643,7 +643,7 @@ func (s *Store) Streams(ctx context.Context, after string, limit int) ([]string,
 		return nil, fmt.Errorf("streams: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("streams: %w", err)
+		return nil, fmt.Errorf("streams: %w", store.NotSent(err))
 	}
 	var names []string
 	s.streams.Range(func(k, _ any) bool {
@@ -659,7 +659,7 @@ func (s *Store) Streams(ctx context.Context, after string, limit int) ([]string,
 // Now returns the store's clock.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
 	if err := ctx.Err(); err != nil {
-		return time.Time{}, err
+		return time.Time{}, store.NotSent(err)
 	}
 	return s.clock(nil), nil
 }
@@ -668,7 +668,7 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 // does, so Ping fails only with the error of a context that ended.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("ping: %w", err)
+		return fmt.Errorf("ping: %w", store.NotSent(err))
 	}
 	return nil
 }

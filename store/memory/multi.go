@@ -40,7 +40,7 @@ func (s *Store) CommitMulti(ctx context.Context, items []store.StreamCommit, p *
 		return nil, fmt.Errorf("commit multi: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("commit multi: %w", err)
+		return nil, fmt.Errorf("commit multi: %w", store.NotSent(err))
 	}
 	out := make([]store.CommitResult, len(items))
 	for i, it := range items {
@@ -63,7 +63,7 @@ func (s *Store) Append(ctx context.Context, name string, reqs []store.AppendRequ
 		return nil, fmt.Errorf("append: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("append: %w", err)
+		return nil, fmt.Errorf("append: %w", store.NotSent(err))
 	}
 	if p == nil {
 		p = &store.AppendParams{}

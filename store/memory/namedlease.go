@@ -194,7 +194,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, p *store.A
 		return store.NamedLease{}, fmt.Errorf("acquire lease: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return store.NamedLease{}, fmt.Errorf("acquire lease: %w", err)
+		return store.NamedLease{}, fmt.Errorf("acquire lease: %w", store.NotSent(err))
 	}
 	n := &s.named
 	r := n.row(name)
@@ -276,7 +276,7 @@ func (s *Store) RenewLease(ctx context.Context, name, owner string, fence int64,
 		return store.NamedLease{}, fmt.Errorf("renew lease: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return store.NamedLease{}, fmt.Errorf("renew lease: %w", err)
+		return store.NamedLease{}, fmt.Errorf("renew lease: %w", store.NotSent(err))
 	}
 	n := &s.named
 	r, l, _, err := n.holding(name, owner, fence)
@@ -317,7 +317,7 @@ func (s *Store) ReleaseLease(ctx context.Context, name, owner string, fence int6
 		return fmt.Errorf("release lease: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("release lease: %w", err)
+		return fmt.Errorf("release lease: %w", store.NotSent(err))
 	}
 	wanted, err := s.release(name, owner, fence, p)
 	if wanted {
@@ -375,7 +375,7 @@ func (s *Store) ForceReleaseLeases(ctx context.Context, owner string, p *store.L
 		return nil, fmt.Errorf("force release leases: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("force release leases: %w", err)
+		return nil, fmt.Errorf("force release leases: %w", store.NotSent(err))
 	}
 	n := &s.named
 	var out []store.NamedLease
@@ -414,7 +414,7 @@ func (s *Store) CleanupExpiredLeases(ctx context.Context, p *store.CleanupLeases
 		return 0, fmt.Errorf("cleanup expired leases: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("cleanup expired leases: %w", err)
+		return 0, fmt.Errorf("cleanup expired leases: %w", store.NotSent(err))
 	}
 	n := &s.named
 	now := s.clock(p.Now)
@@ -468,7 +468,7 @@ func (s *Store) GetLease(ctx context.Context, name string, p *store.LeaseOpParam
 		return store.NamedLease{}, fmt.Errorf("get lease: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return store.NamedLease{}, fmt.Errorf("get lease: %w", err)
+		return store.NamedLease{}, fmt.Errorf("get lease: %w", store.NotSent(err))
 	}
 	r, l := s.named.lookup(name)
 	if l == nil {
@@ -491,7 +491,7 @@ func (s *Store) CheckLeaseFence(ctx context.Context, name string, fence int64, p
 		return fmt.Errorf("check fence: %w: %d", store.ErrInvalidFence, fence)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("check fence: %w", err)
+		return fmt.Errorf("check fence: %w", store.NotSent(err))
 	}
 	r, l := s.named.lookup(name)
 	if l == nil {
@@ -512,7 +512,7 @@ func (s *Store) ListLeases(ctx context.Context, p *store.ListLeasesParams) ([]st
 		return nil, fmt.Errorf("list leases: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
+		return nil, fmt.Errorf("list leases: %w", store.NotSent(err))
 	}
 	n := &s.named
 	now := s.clock(p.Now)
@@ -555,7 +555,7 @@ func (s *Store) LeaseHistory(ctx context.Context, name string, p *store.LeaseHis
 		return nil, fmt.Errorf("lease history: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lease history: %w", err)
+		return nil, fmt.Errorf("lease history: %w", store.NotSent(err))
 	}
 	n := &s.named
 	n.histMu.Lock()
@@ -583,7 +583,7 @@ func (s *Store) TrimLeaseHistory(ctx context.Context, before time.Time, limit in
 		return 0, fmt.Errorf("trim lease history: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("trim lease history: %w", err)
+		return 0, fmt.Errorf("trim lease history: %w", store.NotSent(err))
 	}
 	n := &s.named
 	n.histMu.Lock()
@@ -633,7 +633,7 @@ func (s *Store) AnnounceLeaseWaiter(ctx context.Context, w store.LeaseWaiter) er
 		return fmt.Errorf("announce lease waiter: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("announce lease waiter: %w", err)
+		return fmt.Errorf("announce lease waiter: %w", store.NotSent(err))
 	}
 	w.Since = store.Micro(w.Since)
 	s.named.keepWaiter(w, s.clock(nil))
@@ -683,7 +683,7 @@ func (s *Store) ListLeaseWaiters(ctx context.Context, p *store.ListLeaseWaitersP
 		return nil, fmt.Errorf("list lease waiters: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list lease waiters: %w", err)
+		return nil, fmt.Errorf("list lease waiters: %w", store.NotSent(err))
 	}
 	n := &s.named
 	now := s.clock(p.Now)

@@ -67,7 +67,7 @@ func (s *Store) ListParked(ctx context.Context, p *store.ListParkedParams) ([]st
 		return nil, fmt.Errorf("list parked: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list parked: %w", err)
+		return nil, fmt.Errorf("list parked: %w", store.NotSent(err))
 	}
 	if p == nil {
 		p = &store.ListParkedParams{}
@@ -120,7 +120,7 @@ func (s *Store) names(only string) []string {
 // CountParked implements store.Parker.
 func (s *Store) CountParked(ctx context.Context) (int64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("count parked: %w", err)
+		return 0, fmt.Errorf("count parked: %w", store.NotSent(err))
 	}
 	var n int64
 	s.streams.Range(func(_, v any) bool {
@@ -143,7 +143,7 @@ func (s *Store) UnparkEntry(ctx context.Context, name string, number int64) erro
 		return fmt.Errorf("unpark: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("unpark: %w", err)
+		return fmt.Errorf("unpark: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {

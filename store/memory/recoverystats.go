@@ -27,7 +27,7 @@ func (s *Store) AddRecoveryStats(ctx context.Context, tallies []store.RecoveryTa
 		return fmt.Errorf("add recovery stats: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("add recovery stats: %w", err)
+		return fmt.Errorf("add recovery stats: %w", store.NotSent(err))
 	}
 	if p == nil {
 		p = &store.AddRecoveryStatsParams{}
@@ -68,7 +68,7 @@ func (s *Store) ListRecoveryStats(ctx context.Context, p *store.ListRecoveryStat
 		return nil, fmt.Errorf("list recovery stats: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list recovery stats: %w", err)
+		return nil, fmt.Errorf("list recovery stats: %w", store.NotSent(err))
 	}
 	if p == nil {
 		p = &store.ListRecoveryStatsParams{}

@@ -23,7 +23,7 @@ type settings struct {
 // ListSettings implements store.Settings.
 func (s *Store) ListSettings(ctx context.Context) ([]store.Setting, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list settings: %w", err)
+		return nil, fmt.Errorf("list settings: %w", store.NotSent(err))
 	}
 	s.conf.mu.Lock()
 	defer s.conf.mu.Unlock()
@@ -41,7 +41,7 @@ func (s *Store) SetSetting(ctx context.Context, key, value string, p *store.SetS
 		return store.Setting{}, fmt.Errorf("set setting: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return store.Setting{}, fmt.Errorf("set setting: %w", err)
+		return store.Setting{}, fmt.Errorf("set setting: %w", store.NotSent(err))
 	}
 	if p == nil {
 		p = &store.SetSettingParams{}
@@ -63,7 +63,7 @@ func (s *Store) DeleteSetting(ctx context.Context, key string) (bool, error) {
 		return false, fmt.Errorf("delete setting: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("delete setting: %w", err)
+		return false, fmt.Errorf("delete setting: %w", store.NotSent(err))
 	}
 	s.conf.mu.Lock()
 	_, ok := s.conf.rows[key]

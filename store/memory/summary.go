@@ -18,7 +18,7 @@ func (s *Store) SummarizeStreams(ctx context.Context, names []string, p *store.S
 		return nil, fmt.Errorf("summarize streams: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("summarize streams: %w", err)
+		return nil, fmt.Errorf("summarize streams: %w", store.NotSent(err))
 	}
 	var pinned *time.Time
 	if p != nil {

@@ -20,7 +20,7 @@ func (s *Store) Trim(ctx context.Context, name string, below int64) (int64, erro
 		return 0, fmt.Errorf("trim: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("trim: %w", err)
+		return 0, fmt.Errorf("trim: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {

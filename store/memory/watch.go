@@ -18,7 +18,7 @@ func (s *Store) CommitBatch(ctx context.Context, name string, items []store.Comm
 		return nil, fmt.Errorf("commit batch: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("commit batch: %w", err)
+		return nil, fmt.Errorf("commit batch: %w", store.NotSent(err))
 	}
 	out := make([]store.CommitResult, len(items))
 	st, err := s.stream(name)
@@ -58,7 +58,7 @@ func (s *Store) Snapshot(ctx context.Context, name string, limit int) (store.Sna
 		limit = store.MaxListLimit
 	}
 	if err := ctx.Err(); err != nil {
-		return store.Snapshot{}, fmt.Errorf("snapshot: %w", err)
+		return store.Snapshot{}, fmt.Errorf("snapshot: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {
@@ -87,7 +87,7 @@ func (s *Store) ReadResolved(ctx context.Context, name string, after int64, limi
 		return nil, fmt.Errorf("read resolved: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("read resolved: %w", err)
+		return nil, fmt.Errorf("read resolved: %w", store.NotSent(err))
 	}
 	st, err := s.stream(name)
 	if err != nil {

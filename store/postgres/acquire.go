@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/seqlease/seqlease/store"
 )
 
 // DefaultAcquireTimeout is the default of Config.AcquireTimeout: 5 s. A
@@ -65,8 +67,10 @@ func (e *PoolExhaustedError) Error() string {
 		e.Wait, fmt.Sprintf("all %d connections in use", e.MaxConns), MinPoolConns-1)
 }
 
-// Is reports whether target is ErrPoolExhausted.
-func (e *PoolExhaustedError) Is(target error) bool { return target == ErrPoolExhausted }
+// Is reports whether target is ErrPoolExhausted or store.ErrNotSent.
+func (e *PoolExhaustedError) Is(target error) bool {
+	return target == ErrPoolExhausted || target == store.ErrNotSent
+}
 
 // connPool is a DB that hands out connections: *pgxpool.Pool.
 type connPool interface {
@@ -80,7 +84,8 @@ type connPool interface {
 // ended it (not the caller's context).
 var errWaited = errors.New("postgres: connection wait bound reached")
 
-// boundedPool is a connPool whose every acquisition waits at most wait.
+// boundedPool is a connPool whose every acquisition waits at most wait
+// (negative: as long as the caller's context lets it).
 // It returns connections as pgxpool does: after Exec, after a QueryRow's
 // Scan, when rows or batch results are closed (or read to the end), and
 // when a transaction commits or rolls back.
@@ -92,8 +97,13 @@ type boundedPool struct {
 var _ connPool = (*boundedPool)(nil)
 
 // Acquire returns a connection of the pool, waiting at most b.wait for it
-// (within ctx), else a *PoolExhaustedError.
+// (within ctx), else a *PoolExhaustedError. Every failure matches
+// store.ErrNotSent: the statement the connection was for was not sent.
 func (b *boundedPool) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	if b.wait < 0 {
+		c, err := b.p.Acquire(ctx)
+		return c, store.NotSent(err)
+	}
 	actx, cancel := context.WithTimeoutCause(ctx, b.wait, errWaited)
 	defer cancel()
 	c, err := b.p.Acquire(actx)
@@ -104,7 +114,7 @@ func (b *boundedPool) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
 		st := b.p.Stat()
 		return nil, &PoolExhaustedError{Wait: b.wait, MaxConns: st.MaxConns(), Acquired: st.AcquiredConns()}
 	}
-	return nil, err
+	return nil, store.NotSent(err)
 }
 
 // Config returns the pool's configuration.

@@ -69,6 +69,7 @@ func (ps *poolSetup) holdAll(t *testing.T) (release func()) {
 func requireExhausted(t *testing.T, err error, maxConns int32) {
 	t.Helper()
 	require.ErrorIs(t, err, postgres.ErrPoolExhausted)
+	require.ErrorIs(t, err, store.ErrNotSent)
 	var pe *postgres.PoolExhaustedError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, testWait, pe.Wait)
@@ -138,6 +139,7 @@ func TestPoolExhaustedFailsCalls(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, postgres.ErrPoolExhausted)
+	require.ErrorIs(t, err, store.ErrNotSent, "it ended while waiting for a connection")
 
 	release()
 	// Nothing was written: no number handed out, nothing committed, the
@@ -189,6 +191,7 @@ func TestPoolExhaustedAcquireTimeoutDisabled(t *testing.T) {
 	_, err = s.Lease(ctx, "pool", []store.LeaseRequest{{TTL: time.Hour}}, nil)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NotErrorIs(t, err, postgres.ErrPoolExhausted)
+	require.ErrorIs(t, err, store.ErrNotSent, "it ended while waiting for a connection")
 }
 
 // TestWatchHoldsNoPoolConnection checks that a Watch's LISTEN connection

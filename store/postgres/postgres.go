@@ -177,8 +177,9 @@ func New(db DB, cfg *Config) (*Store, error) {
 	return s, nil
 }
 
-// boundPool returns pool with its waits bounded as cfg says (itself, with
-// no bound), and warns if it is smaller than MinPoolConns.
+// boundPool returns pool with its waits bounded as cfg says (a negative
+// AcquireTimeout: no bound but the caller's context), and warns if it is
+// smaller than MinPoolConns.
 func boundPool(pool connPool, cfg *Config, logger *slog.Logger) DB {
 	if n := pool.Config().MaxConns; n < MinPoolConns {
 		logger.Warn("postgres: connection pool smaller than what seqlease needs at once; calls may fail with ErrPoolExhausted",
@@ -189,9 +190,6 @@ func boundPool(pool connPool, cfg *Config, logger *slog.Logger) DB {
 	wait := DefaultAcquireTimeout
 	if cfg != nil && cfg.AcquireTimeout != 0 {
 		wait = cfg.AcquireTimeout
-	}
-	if wait < 0 {
-		return pool
 	}
 	return &boundedPool{p: pool, wait: wait}
 }
@@ -868,6 +866,9 @@ func uuid(t store.Token) pgtype.UUID { return pgtype.UUID{Bytes: t, Valid: true}
 // interpretError maps a driver error to the sentinels of package store, with
 // the operation as prefix. It is the one place that knows pgx's errors.
 func interpretError(op string, err error) error {
+	if pgconn.SafeToRetry(err) && !errors.Is(err, store.ErrNotSent) {
+		err = store.NotSent(err) // pgconn knows nothing of it was written
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

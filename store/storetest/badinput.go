@@ -70,6 +70,7 @@ func testBadInput(t *testing.T, newStore func(t *testing.T) Store) {
 			require.Error(t, err)
 			if c.want == context.Canceled {
 				require.ErrorIs(t, err, context.Canceled)
+				require.ErrorIs(t, err, store.ErrNotSent, "a call whose context had ended is not sent")
 				require.False(t, store.IsInvalid(err), "a cancelled context is not bad input: %v", err)
 			} else {
 				require.ErrorIs(t, err, store.ErrInvalidArgument)

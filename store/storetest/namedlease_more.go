@@ -295,6 +295,9 @@ func testNamedBadInput(t *testing.T, newStore func(t *testing.T) NamedLeaseStore
 			err := c.call(ctx, cb.s, &f)
 			require.ErrorIs(t, err, c.want)
 			require.Equal(t, c.invalid, store.IsInvalid(err), "matches ErrInvalidArgument: %v", err)
+			if c.want == context.Canceled {
+				require.ErrorIs(t, err, store.ErrNotSent, "a call whose context had ended is not sent")
+			}
 			require.Equal(t, before, cb.nlSnapshot(&f), "the refused call changed something")
 		})
 	}
