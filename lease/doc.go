@@ -168,8 +168,9 @@
 // same release the keep-alive sends when it gives a lease up
 // (releaseAfterEnd). Until then the lease stays among the Manager's live
 // leases, so Stop releases it, or waits for that release. A renewal that
-// certainly did not run (refused, or not sent) releases nothing: the
-// holding then expires within the safety margin of the local deadline.
+// certainly did not run (refused, or not sent: the store's error matches
+// store.ErrNotSent) releases nothing: the holding then expires within the
+// safety margin of the local deadline.
 //
 // # Stuck holdings
 //

@@ -300,8 +300,10 @@ func endKind(cause error) EventKind {
 // happens when a lease that had a renewal of unknown outcome ends at its
 // local deadline later, and when a renewal is applied but its answer comes
 // after the lease ended (Renew then returns the end, not
-// ErrOutcomeUnknown). A renewal that certainly did not run (refused by the
-// backend, or not sent because ctx had ended) releases nothing.
+// ErrOutcomeUnknown). A renewal that certainly did not run releases
+// nothing: refused by the backend, or not sent (ctx had ended before the
+// call, or the store's error matches store.ErrNotSent: no connection could
+// be had, or the connection failed before the statement was written).
 //
 // Renewals of a lease take turns (the keep-alive's too). Renew is bounded
 // by ctx, by the local deadline (a renewal that ends after it proves
@@ -370,6 +372,7 @@ func (l *Lease) renew(ctx context.Context, newTTL time.Duration) error {
 	defer l.mu.Unlock()
 	l.inFlight = false
 	var err, refused error
+	notSent := errors.Is(serr, store.ErrNotSent) // certainly did not run, and changed nothing
 	if serr != nil {
 		err = fmt.Errorf("lease: %w", serr)
 		refused = renewFailure(err) // nil: the statement may have run
@@ -378,10 +381,10 @@ func (l *Lease) renew(ctx context.Context, newTTL time.Duration) error {
 		// Over locally in the meantime (released, or the deadline passed
 		// while the renewal was out): stay over, and settle what the
 		// backend may hold.
-		l.unsure = l.unsure || refused == nil
+		l.unsure = l.unsure || refused == nil && !notSent
 		l.settleLocked()
 		switch {
-		case endedInBackend(l.cause) || refused != nil:
+		case endedInBackend(l.cause) || refused != nil || notSent:
 			return fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), l.cause)
 		case err == nil:
 			return fmt.Errorf("lease: renew %s: %w (the renewal was applied after the lease ended: the library releases it)", store.QuoteInput(l.name), l.cause)
@@ -399,10 +402,17 @@ func (l *Lease) renew(ctx context.Context, newTTL time.Duration) error {
 			l.endLocked(refused)
 			return err
 		}
-		// The statement may have run: if the lease ends without a release,
-		// the backend may hold it past its local deadline (settleLocked).
-		l.unsure = true
-		err = fmt.Errorf("lease: renew %s: %w: %w", store.QuoteInput(l.name), ErrOutcomeUnknown, serr)
+		if notSent {
+			// It did not run: the lease stays as it was, held until its
+			// local deadline.
+			err = fmt.Errorf("lease: renew %s: %w", store.QuoteInput(l.name), serr)
+		} else {
+			// The statement may have run: if the lease ends without a
+			// release, the backend may hold it past its local deadline
+			// (settleLocked).
+			l.unsure = true
+			err = fmt.Errorf("lease: renew %s: %w: %w", store.QuoteInput(l.name), ErrOutcomeUnknown, serr)
+		}
 		if rctx.Err() == nil || l.lastErr == nil {
 			l.lastErr = err // keep the real failure over the deadline's cancellation
 		}

@@ -43,6 +43,12 @@ func answerLost(_ store.NamedLease, ctxErr error) (store.NamedLease, error) {
 	return store.NamedLease{}, ctxErr
 }
 
+// answerNotSent is a renewal the store never sent: its context ended while
+// it waited for a connection.
+func answerNotSent(_ store.NamedLease, ctxErr error) (store.NamedLease, error) {
+	return store.NamedLease{}, fmt.Errorf("renew lease: %w", store.NotSent(ctxErr))
+}
+
 // answerLate is a renewal whose success came after the caller stopped
 // waiting.
 func answerLate(applied store.NamedLease, _ error) (store.NamedLease, error) { return applied, nil }
@@ -170,9 +176,9 @@ func TestARenewalWithAnUnknownOutcomeIsReleased(t *testing.T) {
 
 // TestARenewalThatCertainlyFailedReleasesNothing: when the renewal
 // certainly did not run (the backend refused it, or it was not sent
-// because its context had ended), the lease that ends at its local deadline
-// is not released: its holding expires as it would have, and even Stop
-// leaves it alone.
+// because its context had ended, before the call or inside the store),
+// the lease that ends at its local deadline is not released: its holding
+// expires as it would have, and even Stop leaves it alone.
 func TestARenewalThatCertainlyFailedReleasesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		t.Run("refused", func(t *testing.T) { // not parallel: b.open is not
@@ -189,6 +195,21 @@ func TestARenewalThatCertainlyFailedReleasesNothing(t *testing.T) {
 			require.NotErrorIs(t, err, lease.ErrOutcomeUnknown, "the backend refused it")
 			m.Stop() // waits for every release the Manager started
 			info, err := other.GetLease(ctx, "job/refused", nil)
+			require.NoError(t, err)
+			require.Equal(t, l.Fence(), info.Fence)
+			require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
+		})
+		t.Run("not sent by the store", func(t *testing.T) {
+			ctx := t.Context()
+			var skew atomic.Int64
+			s := newStallStore(b.open(t), false, answerNotSent)
+			m := newManager(t, s, &lease.Config{Owner: "holder", Now: skewedClock(&skew)})
+			other := b.open(t)
+			l, _, err := stalledRenewal(t, m, s, &skew, "job/store-not-sent")
+			require.ErrorIs(t, err, lease.ErrExpired)
+			require.NotErrorIs(t, err, lease.ErrOutcomeUnknown, "the store says it was not sent")
+			m.Stop()
+			info, err := other.GetLease(ctx, "job/store-not-sent", nil)
 			require.NoError(t, err)
 			require.Equal(t, l.Fence(), info.Fence)
 			require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
