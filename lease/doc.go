@@ -178,10 +178,11 @@
 // under its own internal/lifecycle Life, and reports those acquired more
 // than StuckAfter ago, renewals notwithstanding: a log line, a LongHeld
 // event through the Manager's relay, the counts to its MonitorObserver.
-// With ForceRelease it ends each one with a release fenced by its token, so
-// a holding that changed hands meanwhile is never touched; a lease of its
-// own Manager ends at once, another process's holder learns it at its next
-// renewal. A failed check backs off; Stop waits for the check in progress.
+// With ForceRelease it force-releases each one, fenced by its token
+// (ForceReleaseLeases with Name and Fence), so a holding that changed
+// hands meanwhile is never touched, and the history records MonitorActor
+// and why; a lease of its own Manager ends at once, another process's
+// holder learns it at its next renewal (ErrForceReleased). A failed check backs off; Stop waits for the check in progress.
 //
 // # Configuration at run time
 //

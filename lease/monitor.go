@@ -42,9 +42,10 @@ type MonitorConfig struct {
 	// Owner, if set, limits the checks to that owner's holdings.
 	// Default: every owner's.
 	Owner string
-	// ForceRelease makes the Monitor end the stuck holdings it finds, each
-	// fenced by its token, so it never ends a later holding of the name.
-	// Default: false, report only.
+	// ForceRelease makes the Monitor force-release the stuck holdings it
+	// finds, each fenced by its token, so it never ends a later holding of
+	// the name; the history records MonitorActor and why. Default: false,
+	// report only.
 	ForceRelease bool
 	// Observer, if set, is told the result of every check, for metrics
 	// (*metrics.NamedLeaseObserver satisfies it). Default: none.
@@ -247,17 +248,32 @@ func (mo *Monitor) pending(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// end ends a stuck holding, fenced by its token: a lease of this Manager
-// ends at once with ErrForceReleased; another process's holder learns of
-// it at its next renewal.
+// MonitorActor is the actor a Monitor records in the lease history of the
+// holdings it force-releases (LeaseEvent.Actor); the comment says why and
+// which Manager's monitor it was.
+const MonitorActor = "lease.Monitor"
+
+// errEndedAlready says the holding a Monitor meant to end had ended, or
+// changed hands, on its own meanwhile.
+var errEndedAlready = errors.New("lease: monitor: the holding had ended already")
+
+// end force-releases a stuck holding, fenced by its token, recording
+// MonitorActor and why in its history: a lease of this Manager ends at
+// once with ErrForceReleased; another process's holder learns of it at
+// its next renewal (ErrForceReleased too).
 func (mo *Monitor) end(ctx context.Context, info Info) error {
 	m := mo.m
 	qctx, cancel := m.queryContext(ctx)
 	defer cancel()
-	errs := m.store.ReleaseLeases(qctx, []store.LeaseHolding{{Name: info.Name, Owner: info.Owner, Fence: info.Fence}},
-		&store.LeaseBatchParams{NoHistory: m.conf().DisableHistory})
-	if err := errors.Join(errs...); err != nil {
+	ended, err := m.store.ForceReleaseLeases(qctx, info.Owner, &store.LeaseOpParams{
+		Name: info.Name, Fence: info.Fence, NoHistory: m.conf().DisableHistory, Actor: MonitorActor,
+		Reason: fmt.Sprintf("held longer than %v (the monitor of %s)", mo.cfg.StuckAfter, store.QuoteInput(m.cfg.Owner)),
+	})
+	switch {
+	case err != nil:
 		return err
+	case len(ended) == 0:
+		return errEndedAlready
 	}
 	if l := m.holdings.get(info.Name); l != nil && l.fence == info.Fence && l.owner == info.Owner {
 		l.end(fmt.Errorf("%w: %s by the monitor: held longer than %v", ErrForceReleased, store.QuoteInput(l.name), mo.cfg.StuckAfter))
@@ -269,6 +285,6 @@ func (mo *Monitor) end(ctx context.Context, info Info) error {
 // endedAlready reports whether err says that the holding the monitor meant
 // to end had ended, or changed hands, on its own meanwhile.
 func endedAlready(err error) bool {
-	return errors.Is(err, ErrReleased) || errors.Is(err, ErrNotHolder) || errors.Is(err, ErrExpired) ||
-		errors.Is(err, ErrForceReleased) || errors.Is(err, ErrStaleFence)
+	return errors.Is(err, errEndedAlready) || errors.Is(err, ErrReleased) || errors.Is(err, ErrNotHolder) ||
+		errors.Is(err, ErrExpired) || errors.Is(err, ErrForceReleased) || errors.Is(err, ErrStaleFence)
 }

@@ -111,6 +111,15 @@ func TestMonitorForceReleasesStuckHoldings(t *testing.T) {
 		info, err := m.Get(ctx, "old")
 		require.NoError(t, err)
 		require.False(t, info.Held(), "ended by the monitor")
+		require.Equal(t, store.LeaseForceReleased, info.EndReason, "recorded as a force-release, not a release")
+		events, err := m.History(ctx, "old", 0, 10)
+		require.NoError(t, err)
+		last := events[len(events)-1]
+		require.Equal(t, store.LeaseForceReleased, last.Kind)
+		require.Equal(t, lease.MonitorActor, last.Actor)
+		require.Contains(t, last.Comment, "held longer than 5m0s")
+		_, err = s.RenewLease(ctx, "old", "bob", info.Fence, &store.RenewLeaseParams{TTL: time.Minute})
+		require.ErrorIs(t, err, store.ErrForceReleased, "the other owner's holder learns it was force-released")
 		require.NoError(t, young.Err(), "the young holding is kept")
 
 		// A lease of this Manager: every holding of alice is stuck after

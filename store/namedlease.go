@@ -232,6 +232,12 @@ type LeaseOpParams struct {
 	// Other calls ignore them.
 	Actor  string
 	Reason string
+	// Name and Fence are, for ForceReleaseLeases only, the one holding to
+	// end: with Name, only owner's holding of Name (and with Fence, only
+	// if its fencing token is Fence); empty and 0 mean any. Other calls
+	// ignore them.
+	Name  string
+	Fence int64
 }
 
 // ValidateForceRelease checks a ForceReleaseLeases call (p may be nil).
@@ -257,6 +263,17 @@ func ValidateForceRelease(owner string, p *LeaseOpParams) error {
 	}
 	if p.Reason != "" && p.Actor == "" {
 		return fmt.Errorf("%w: Actor: empty, but required with a Reason", ErrInvalidText)
+	}
+	if p.Name != "" {
+		if err := ValidateLeaseName(p.Name); err != nil {
+			return fmt.Errorf("Name: %w", err)
+		}
+	}
+	switch {
+	case p.Fence < 0:
+		return fmt.Errorf("%w: Fence %d is negative", ErrInvalidArgument, p.Fence)
+	case p.Fence != 0 && p.Name == "":
+		return fmt.Errorf("%w: Fence %d without a Name", ErrInvalidArgument, p.Fence)
 	}
 	return nil
 }

@@ -388,7 +388,8 @@ func (s *Store) ForceReleaseLeases(ctx context.Context, owner string, p *store.L
 		now := s.clock(p.Now) // after the row's lock: the holding may be newer than the snapshot
 		// Still owner's, not ended, and unexpired (an expired holding is
 		// left to CleanupExpiredLeases or the next acquire).
-		if l.Owner == owner && l.EndedAt.IsZero() && now.Before(l.ExpiresAt) {
+		if l.Owner == owner && l.EndedAt.IsZero() && now.Before(l.ExpiresAt) &&
+			(p.Name == "" || name == p.Name) && (p.Fence == 0 || l.Fence == p.Fence) {
 			n.end(l, store.LeaseForceReleased, now)
 			if !p.NoHistory {
 				n.recordWhy(store.LeaseEvent{Kind: store.LeaseForceReleased, At: now, Reason: store.LeaseReasonForceReleased,

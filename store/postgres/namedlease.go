@@ -150,6 +150,7 @@ SELECT 1::bigint FROM u
 WITH u AS (
 	UPDATE {s}.leases l SET ended_at = ` + nowf(2) + `, end_reason = 'force-released'
 	WHERE l.owner = $1 AND l.ended_at IS NULL AND l.expires_at > ` + nowf(2) + `
+		AND ($7::text = '' OR l.name = $7) AND ($8::bigint = 0 OR l.fence = $8)
 	RETURNING l.name, l.ended_at AS now, ` + leaseColumns + `
 ), h AS (
 	INSERT INTO {s}.lease_history (name, owner, fence, event, at, expires_at, reason, actor, comment)
@@ -835,7 +836,7 @@ func (s *Store) ForceReleaseLeases(ctx context.Context, owner string, p *store.L
 	if err := store.ValidateForceRelease(owner, p); err != nil {
 		return nil, fmt.Errorf("force release leases: %w", err)
 	}
-	rows, err := s.db.Query(ctx, s.lq().forceRelease, owner, p.Now, !p.NoHistory, s.channel, p.Actor, p.Reason)
+	rows, err := s.db.Query(ctx, s.lq().forceRelease, owner, p.Now, !p.NoHistory, s.channel, p.Actor, p.Reason, p.Name, p.Fence)
 	if err != nil {
 		return nil, interpretError("force release leases", err)
 	}

@@ -74,8 +74,11 @@ type NamedLeaseStore interface {
 	// now < ExpiresAt) with reason force-released and returns them by name,
 	// as they are after the call, recording p.Actor and p.Reason in their
 	// history (Actor, Comment). Expired holdings are left to
-	// CleanupExpiredLeases. A bad Actor or Reason (control characters,
-	// over-long, a Reason without an Actor) matches store.ErrInvalidText.
+	// CleanupExpiredLeases. With p.Name (and p.Fence) it ends only that
+	// holding of owner. A bad Actor or Reason (control characters,
+	// over-long, a Reason without an Actor) matches store.ErrInvalidText;
+	// a bad Name, a negative Fence or a Fence without a Name,
+	// store.ErrInvalidArgument.
 	ForceReleaseLeases(ctx context.Context, owner string, p *store.LeaseOpParams) ([]store.NamedLease, error)
 
 	// CleanupExpiredLeases ends up to p.Limit expired, not ended holdings

@@ -527,6 +527,19 @@ func nlCases() []nlCase {
 		return err
 	})
 
+	bad("ForceReleaseLeases: a bad Name", store.ErrInvalidArgument, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
+		_, err := s.ForceReleaseLeases(ctx, "alice", &store.LeaseOpParams{Name: "bad\x00name", Now: f.now})
+		return err
+	})
+	bad("ForceReleaseLeases: a negative Fence", store.ErrInvalidArgument, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
+		_, err := s.ForceReleaseLeases(ctx, "alice", &store.LeaseOpParams{Name: f.live.Name, Fence: -1, Now: f.now})
+		return err
+	})
+	bad("ForceReleaseLeases: a Fence without a Name", store.ErrInvalidArgument, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
+		_, err := s.ForceReleaseLeases(ctx, "alice", &store.LeaseOpParams{Fence: 1, Now: f.now})
+		return err
+	})
+
 	// A cancelled context is not bad input.
 	refused("AcquireLease: cancelled context", context.Canceled, func(ctx context.Context, s NamedLeaseStore, f *nlFixture) error {
 		_, err := s.AcquireLease(ctx, f.fresh, "bob", ttl(f))

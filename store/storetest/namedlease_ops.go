@@ -289,6 +289,31 @@ func testNamedForceRelease(t *testing.T, newStore func(t *testing.T) NamedLeaseS
 		require.Equal(t, int64(2), m.Fence)
 	})
 
+	t.Run("with a Name and a Fence, only that holding", func(t *testing.T) {
+		b := nlSetup(t, newStore)
+		x, y := b.name("-x"), b.name("-y")
+		lx := b.acquire(x, "stuck", 0, time.Minute)
+		ly := b.acquire(y, "stuck", 0, time.Minute)
+		at := b.time(time.Second)
+		for _, p := range []*store.LeaseOpParams{
+			{Name: x, Fence: lx.Fence + 1, Now: &at}, // a later holding: not this one
+			{Name: x + "-other", Now: &at},           // not the owner's
+		} {
+			got, err := b.s.ForceReleaseLeases(b.ctx, "stuck", p)
+			require.NoError(t, err)
+			require.Empty(t, got, "%+v", p)
+		}
+		got, err := b.s.ForceReleaseLeases(b.ctx, "stuck", &store.LeaseOpParams{Name: x, Fence: lx.Fence, Now: &at,
+			Actor: "monitor", Reason: "held too long"})
+		require.NoError(t, err)
+		require.Equal(t, []store.NamedLease{ended(lx, store.LeaseForceReleased, at, at)}, nlNormAll(got))
+		b.requireHeld(ly, time.Second)
+		require.Equal(t, why{store.LeaseForceReleased, store.LeaseReasonForceReleased, "monitor", "held too long"}, b.whyOf(x)[1])
+		got, err = b.s.ForceReleaseLeases(b.ctx, "stuck", &store.LeaseOpParams{Name: y, Now: &at})
+		require.NoError(t, err)
+		require.Equal(t, []store.NamedLease{ended(ly, store.LeaseForceReleased, at, at)}, nlNormAll(got), "a Name alone: any fence")
+	})
+
 	t.Run("an owner with nothing gets nothing", func(t *testing.T) {
 		b := nlSetup(t, newStore)
 		got, err := b.s.ForceReleaseLeases(b.ctx, "nobody", nil)
