@@ -344,10 +344,6 @@ func (h *Handler) confirm(d confirmData, actor string, values ...string) (string
 	return "confirm", d, nil
 }
 
-// maxOwnerLeases is the most of a holder's other leases a force-release
-// confirmation lists.
-const maxOwnerLeases = 50
-
 func (h *Handler) confirmForceRelease(ctx context.Context, r *http.Request, now time.Time, actor string) (string, any, error) {
 	name, err := nameParam(r, "name", true, store.ValidateLeaseName)
 	if err != nil {
@@ -360,26 +356,13 @@ func (h *Handler) confirmForceRelease(ctx context.Context, r *http.Request, now 
 	if !l.Held() {
 		return "", nil, &httpError{http.StatusConflict, "named lease " + store.QuoteInput(name) + " is not held: nothing to force-release"}
 	}
-	held, err := h.act.store.ListLeases(ctx, &store.ListLeasesParams{Owner: l.Owner, Limit: maxOwnerLeases + 1, Now: &now})
-	if err != nil {
-		return "", nil, err
-	}
-	d := confirmData{Action: actForceRelease, Heading: "Force-release the holder of named lease " + name,
+	d := confirmData{Action: actForceRelease, Heading: "Force-release named lease " + name,
 		Back: link("lease", "name", name),
 		Facts: [][2]string{{"Lease", name}, {"Holder", l.Owner}, {"Fence", itoa(l.Fence)},
 			{"Expiry", stamp(l.ExpiresAt) + " (" + since(now, l.ExpiresAt) + ")"}}}
-	var names []string
-	for _, o := range held[:min(len(held), maxOwnerLeases)] {
-		names = append(names, o.Name)
-	}
-	more := ""
-	if len(held) > maxOwnerLeases {
-		more = " and more"
-	}
-	d.Facts = append(d.Facts, [2]string{"Leases that end", strings.Join(names, ", ") + more})
 	d.Notes = []string{
-		"The store force-releases by holder, as seqlease force-release OWNER does: every live lease this holder holds ends, not only this one.",
-		"The holder learns of the loss at its next renewal; later holders get larger fences. The lease history records each as force-released, with you as its actor and your reason as its comment.",
+		"Only this holding ends, fenced by its token: the holder's other leases are kept, and a later holding of the name is never touched. To end every lease of a crashed holder, run seqlease force-release OWNER.",
+		"The holder learns of the loss at its next renewal (ErrForceReleased); later holders get larger fences. The lease history records it as force-released, with you as its actor and your reason as its comment.",
 	}
 	return h.confirm(d, actor, name, l.Owner, itoa(l.Fence))
 }
@@ -548,40 +531,29 @@ func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Re
 	return back, result{Message: msg, Reason: reason, Actor: actor}, nil
 }
 
-// forceRelease ends every live lease of owner, the holder of name with
-// fence on the confirmation page, recording actor and reason in the
-// history of each; 409 when the lease changed since.
+// forceRelease ends the holding of name by owner with fence, the one on
+// the confirmation page, in one statement fenced by its token, recording
+// actor and reason in its history; 409 when it changed since (released,
+// expired, taken over), nothing changed.
 func (h *Handler) forceRelease(ctx context.Context, name, owner, fence, actor, reason string, attrs *[]slog.Attr) (string, string, error) {
 	back := link("lease", "name", name)
 	if err := store.ValidateLeaseName(name); err != nil {
 		return "", "", badRequest("name %s: %v", store.QuoteInput(name), err)
 	}
-	l, err := h.act.store.GetLease(ctx, name, nil)
+	f, err := strconv.ParseInt(fence, 10, 64)
+	if err != nil || f < 1 {
+		return "", "", badRequest("fence %s is not a fencing token", store.QuoteInput(fence))
+	}
+	ended, err := h.act.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{Name: name, Fence: f, Actor: actor, Reason: reason})
 	if err != nil {
 		return "", "", err
 	}
-	if !l.Held() || l.Owner != owner || itoa(l.Fence) != fence {
+	if len(ended) == 0 {
 		return "", "", &httpError{http.StatusConflict, "named lease " + store.QuoteInput(name) +
 			" changed since the confirmation page (released, expired or taken by another holder): nothing changed"}
 	}
-	ended, err := h.act.store.ForceReleaseLeases(ctx, owner, &store.LeaseOpParams{Actor: actor, Reason: reason})
-	if err != nil {
-		return "", "", err
-	}
-	names := make([]string, 0, len(ended))
-	for _, e := range ended {
-		names = append(names, e.Name)
-	}
-	*attrs = append(*attrs, slog.Any("ended", names))
-	shown := strings.Join(names[:min(len(names), 10)], ", ")
-	if len(names) > 10 {
-		shown += fmt.Sprintf(" and %d more", len(names)-10)
-	}
-	noun := "named leases"
-	if len(ended) == 1 {
-		noun = "named lease"
-	}
-	return back, fmt.Sprintf("Force-released %d %s of %s: %s.", len(ended), noun, owner, shown), nil
+	*attrs = append(*attrs, slog.String("ended", name)) // the bound fields carry owner and fence
+	return back, fmt.Sprintf("Force-released named lease %s of %s (fence %d).", name, owner, f), nil
 }
 
 // oneStream is the store a pass over one stream runs on: its listing of
