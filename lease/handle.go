@@ -303,7 +303,7 @@ func endKind(cause error) EventKind {
 // ErrOutcomeUnknown). A renewal that certainly did not run releases
 // nothing: refused by the backend, or not sent (ctx had ended before the
 // call, or the store's error matches store.ErrNotSent: no connection could
-// be had, or the connection failed before the statement was written).
+// be had).
 //
 // Renewals of a lease take turns (the keep-alive's too). Renew is bounded
 // by ctx, by the local deadline (a renewal that ends after it proves

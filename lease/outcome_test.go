@@ -214,6 +214,32 @@ func TestARenewalThatCertainlyFailedReleasesNothing(t *testing.T) {
 			require.Equal(t, l.Fence(), info.Fence)
 			require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
 		})
+		t.Run("not sent by the store, the lease still held", func(t *testing.T) {
+			ctx := t.Context()
+			var skew atomic.Int64
+			s := newStallStore(b.open(t), false, answerNotSent)
+			m := newManager(t, s, &lease.Config{Owner: "holder", Now: skewedClock(&skew)})
+			other := b.open(t)
+			l, err := m.TryAcquire(ctx, "job/held-not-sent", &lease.AcquireOpts{TTL: time.Minute})
+			require.NoError(t, err)
+			s.stall.Store(true)
+			short, cancel := context.WithCancel(ctx)
+			renewed := make(chan error, 1)
+			go func() { renewed <- l.Renew(short) }()
+			wait(t, s.waiting, "the renewal waits for a connection")
+			cancel() // it gives up waiting: nothing was sent
+			err = within(t, "Renew returns", func() error { return <-renewed })
+			require.ErrorIs(t, err, store.ErrNotSent)
+			require.NotErrorIs(t, err, lease.ErrOutcomeUnknown, "the store says it was not sent")
+			require.NoError(t, l.Err(), "held until its local deadline, as before the call")
+			skew.Store(int64(time.Minute))
+			lease.FireDeadline(l)
+			require.ErrorIs(t, l.Err(), lease.ErrExpired)
+			m.Stop()
+			info, err := other.GetLease(ctx, "job/held-not-sent", nil)
+			require.NoError(t, err)
+			require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
+		})
 		t.Run("not sent", func(t *testing.T) {
 			ctx := t.Context()
 			var skew atomic.Int64

@@ -69,13 +69,14 @@ var (
 )
 
 // ErrNotSent is matched by the error of a call that failed before anything
-// of it reached the backend: its context had ended, no connection could be
-// had from the pool, or the connection failed before the statement was
-// written. It certainly changed nothing, so it may be retried as it is,
-// and a caller that must tell "failed" from "maybe applied" (a renewal, a
-// commit) can count it as failed. Such an error still matches its cause
-// (context.Canceled, a pool's error); a failure that does not match
-// ErrNotSent may or may not have been applied.
+// of it reached the backend: its context had ended before the call, or no
+// connection could be had from the pool (store/postgres). It certainly
+// changed nothing, so a caller that must tell "failed" from "maybe
+// applied" (a renewal, a commit) can count it as failed. Such an error
+// still matches its cause (context.Canceled, a pool's error); a failure
+// that does not match ErrNotSent may or may not have been applied. A call
+// on a caller's own transaction takes no connection, and its failures
+// never match it.
 var ErrNotSent = errors.New("seqlease: not sent")
 
 // NotSent returns err marked as matching ErrNotSent, its text unchanged;

@@ -99,6 +99,8 @@ var _ connPool = (*boundedPool)(nil)
 // Acquire returns a connection of the pool, waiting at most b.wait for it
 // (within ctx), else a *PoolExhaustedError. Every failure matches
 // store.ErrNotSent: the statement the connection was for was not sent.
+// (Not pgconn.SafeToRetry's errors: on a caller's transaction a failed
+// savepoint release can leave earlier statements in place.)
 func (b *boundedPool) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	if b.wait < 0 {
 		c, err := b.p.Acquire(ctx)

@@ -579,7 +579,9 @@ func (s *Store) movedResults(ctx context.Context, stream string, items []store.R
 	}
 	why, err := s.explainBatch(ctx, stream, left)
 	if err != nil {
-		return nil, fmt.Errorf("%s: the moves committed, but explaining the rest failed: %w", op, err)
+		// %v, not %w: the call wrote, so its error must not match what the
+		// explaining read's failure matches (store.ErrNotSent, say).
+		return nil, fmt.Errorf("%s: the moves committed, but explaining the rest failed: %v", op, err)
 	}
 	for i, it := range items {
 		if out[i].Moved == 0 {
@@ -866,9 +868,6 @@ func uuid(t store.Token) pgtype.UUID { return pgtype.UUID{Bytes: t, Valid: true}
 // interpretError maps a driver error to the sentinels of package store, with
 // the operation as prefix. It is the one place that knows pgx's errors.
 func interpretError(op string, err error) error {
-	if pgconn.SafeToRetry(err) && !errors.Is(err, store.ErrNotSent) {
-		err = store.NotSent(err) // pgconn knows nothing of it was written
-	}
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -466,3 +466,21 @@ func TestInTxRecordsAndCheckpoints(t *testing.T) {
 		})
 	}
 }
+
+// TestInTxFailuresAreNeverNotSent: a call on the caller's transaction takes
+// no connection, and whether its statement left something in the
+// transaction is the caller's to know: even with a context that ended
+// before the call, its error does not match store.ErrNotSent.
+func TestInTxFailuresAreNeverNotSent(t *testing.T) {
+	b := newTxBundle(t, false)
+	tx := b.begin(t)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	ts := b.s.InTx(tx)
+	ended, cancel := context.WithCancel(b.ctx)
+	cancel()
+	_, err := ts.Lease(ended, "orders", []store.LeaseRequest{{TTL: time.Minute}}, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, store.ErrNotSent)
+	_, err = b.s.Lease(ended, "orders", []store.LeaseRequest{{TTL: time.Minute}}, nil)
+	require.ErrorIs(t, err, store.ErrNotSent, "on the pool, the same call is not sent")
+}
