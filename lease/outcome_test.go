@@ -181,39 +181,25 @@ func TestARenewalWithAnUnknownOutcomeIsReleased(t *testing.T) {
 // expires as it would have, and even Stop leaves it alone.
 func TestARenewalThatCertainlyFailedReleasesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		t.Run("refused", func(t *testing.T) { // not parallel: b.open is not
-			ctx := t.Context()
-			var skew atomic.Int64
-			refuse := func(store.NamedLease, error) (store.NamedLease, error) {
+		for _, c := range []struct {
+			name, why string
+			answer    func(store.NamedLease, error) (store.NamedLease, error)
+		}{
+			{"refused", "the backend refused it", func(store.NamedLease, error) (store.NamedLease, error) {
 				return store.NamedLease{}, fmt.Errorf("renew lease: %w: 1 of 1", store.ErrMaxRenewals)
-			}
-			s := newStallStore(b.open(t), false, refuse)
-			m := newManager(t, s, &lease.Config{Owner: "holder", Now: skewedClock(&skew)})
-			other := b.open(t)
-			l, _, err := stalledRenewal(t, m, s, &skew, "job/refused")
-			require.ErrorIs(t, err, lease.ErrExpired)
-			require.NotErrorIs(t, err, lease.ErrOutcomeUnknown, "the backend refused it")
-			m.Stop() // waits for every release the Manager started
-			info, err := other.GetLease(ctx, "job/refused", nil)
-			require.NoError(t, err)
-			require.Equal(t, l.Fence(), info.Fence)
-			require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
-		})
-		t.Run("not sent by the store", func(t *testing.T) {
-			ctx := t.Context()
-			var skew atomic.Int64
-			s := newStallStore(b.open(t), false, answerNotSent)
-			m := newManager(t, s, &lease.Config{Owner: "holder", Now: skewedClock(&skew)})
-			other := b.open(t)
-			l, _, err := stalledRenewal(t, m, s, &skew, "job/store-not-sent")
-			require.ErrorIs(t, err, lease.ErrExpired)
-			require.NotErrorIs(t, err, lease.ErrOutcomeUnknown, "the store says it was not sent")
-			m.Stop()
-			info, err := other.GetLease(ctx, "job/store-not-sent", nil)
-			require.NoError(t, err)
-			require.Equal(t, l.Fence(), info.Fence)
-			require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
-		})
+			}},
+			{"not sent by the store", "the store says it was not sent", answerNotSent},
+		} {
+			t.Run(c.name, func(t *testing.T) { // not parallel: b.open is not
+				var skew atomic.Int64
+				s := newStallStore(b.open(t), false, c.answer)
+				m := newManager(t, s, &lease.Config{Owner: "holder", Now: skewedClock(&skew)})
+				l, _, err := stalledRenewal(t, m, s, &skew, "job/"+c.name)
+				require.ErrorIs(t, err, lease.ErrExpired)
+				require.NotErrorIs(t, err, lease.ErrOutcomeUnknown, c.why)
+				requireKept(t, m, b.open(t), l)
+			})
+		}
 		t.Run("not sent by the store, the lease still held", func(t *testing.T) {
 			ctx := t.Context()
 			var skew atomic.Int64
@@ -235,10 +221,7 @@ func TestARenewalThatCertainlyFailedReleasesNothing(t *testing.T) {
 			skew.Store(int64(time.Minute))
 			lease.FireDeadline(l)
 			require.ErrorIs(t, l.Err(), lease.ErrExpired)
-			m.Stop()
-			info, err := other.GetLease(ctx, "job/held-not-sent", nil)
-			require.NoError(t, err)
-			require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
+			requireKept(t, m, other, l)
 		})
 		t.Run("not sent", func(t *testing.T) {
 			ctx := t.Context()
@@ -258,12 +241,20 @@ func TestARenewalThatCertainlyFailedReleasesNothing(t *testing.T) {
 			skew.Store(int64(time.Minute))
 			lease.FireDeadline(l)
 			require.ErrorIs(t, l.Err(), lease.ErrExpired)
-			m.Stop()
-			info, err := other.GetLease(ctx, "job/not-sent", nil)
-			require.NoError(t, err)
-			require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
+			requireKept(t, m, other, l)
 		})
 	})
+}
+
+// requireKept stops m, which waits for every release it started, and
+// checks through other that l's holding was not released.
+func requireKept(t *testing.T, m *lease.Manager, other lease.Store, l *lease.Lease) {
+	t.Helper()
+	m.Stop()
+	info, err := other.GetLease(t.Context(), l.Name(), nil)
+	require.NoError(t, err)
+	require.Equal(t, l.Fence(), info.Fence)
+	require.True(t, info.EndedAt.IsZero(), "not released: %+v", info)
 }
 
 // TestTheReleaseAfterAnUnknownOutcomeSparesALaterHolding: the release of
