@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -370,13 +371,30 @@ func (b *browser) waitFor(expr string) {
 
 // poll waits until the JavaScript function fn, called with args, returns a
 // truthy value, and returns that value as JSON; it gives up after
-// waitTimeout.
+// waitTimeout. A poll that started in a page the browser was leaving
+// (its execution context went away under it: a navigation that ended
+// after the response its action waited for) starts again in the new one.
 func (b *browser) poll(fn string, args ...any) (string, error) {
-	ctx, cancel := context.WithTimeout(b.tab, waitTimeout+10*time.Second) // the poll's own timeout comes first
-	defer cancel()
-	return chromedp.Run(ctx, chromedp.PollFunction[string](`(...args) => { const v = (`+fn+`)(...args); return v ? JSON.stringify(v) : false; }`,
-		chromedp.WithPollingArgs(args...),
-		chromedp.WithPollingTimeout(waitTimeout), chromedp.WithPollingInterval(50*time.Millisecond)))
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(b.tab, time.Until(deadline)+10*time.Second) // the poll's own timeout comes first
+		v, err := chromedp.Run(ctx, chromedp.PollFunction[string](`(...args) => { const v = (`+fn+`)(...args); return v ? JSON.stringify(v) : false; }`,
+			chromedp.WithPollingArgs(args...),
+			chromedp.WithPollingTimeout(time.Until(deadline)), chromedp.WithPollingInterval(50*time.Millisecond)))
+		cancel()
+		if err == nil || !contextGone(err) || time.Now().After(deadline) {
+			return v, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// contextGone reports whether err says the page's JavaScript context was
+// replaced while a call ran in it (the DevTools protocol's -32000 errors).
+func contextGone(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Cannot find context with specified id") ||
+		strings.Contains(msg, "Execution context was destroyed")
 }
 
 // waitLive waits until the page's script runs: it shows the "live" mark.
