@@ -266,7 +266,7 @@ func ValidateForceRelease(owner string, p *LeaseOpParams) error {
 	}
 	if p.Name != "" {
 		if err := ValidateLeaseName(p.Name); err != nil {
-			return fmt.Errorf("Name: %w", err)
+			return fmt.Errorf("%w (LeaseOpParams.Name)", err)
 		}
 	}
 	switch {

@@ -35,7 +35,7 @@ func TestConfig(t *testing.T) {
 	require.Equal(t, "1m30s", one.Value, "kept in canonical form")
 	require.Equal(t, "alice", one.UpdatedBy)
 	require.Contains(t, out, `"updated_at"`, "snake_case JSON")
-	code, out, errOut = seqlease(t, "-schema", schema, "config", "set", "lease.history_retention", "--", "-1s")
+	code, _, errOut = seqlease(t, "-schema", schema, "config", "set", "lease.history_retention", "--", "-1s")
 	require.Equal(t, 0, code, errOut)
 
 	code, out, errOut = seqlease(t, "-schema", schema, "config", "get", "lease.default_ttl")

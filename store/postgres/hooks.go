@@ -27,10 +27,6 @@ const (
 	hookSource  = `stream, number, token, owner, operation_id, kind, leased_at, expires_at, renewals, resolved_at`
 	hookSourceE = `e.stream, e.number, e.token, e.owner, e.operation_id, e.kind, e.leased_at, e.expires_at, e.renewals, e.resolved_at`
 
-	// hookColumns is the column list scanHook reads.
-	hookColumns = `stream, number, token, owner, operation_id, kind, leased_at, expires_at, renewals,
-	created_at, attempts, COALESCE(last_error, '')`
-
 	// claimHooksSQL claims the due records: c picks them, longest due
 	// first, skipping those another claimer holds locked right now; the
 	// update makes them due again only when the claim ($2 µs) ends.
