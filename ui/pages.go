@@ -15,9 +15,11 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// expiredCap is the most expired leases (and parked entries) the pages
-// count per stream; beyond it the count shows as "100+". Each is read
-// whole, so the cap bounds what a page of many streams holds.
+// expiredCap is the most expired leases the pages count per stream (and
+// parked entries the stream page counts); beyond it the count shows as
+// "100+". The streams page has the store count them; the stream page and
+// the resolve-expired confirmation read them whole, so the cap bounds
+// what they hold.
 const expiredCap = 100
 
 // link returns the relative URL of page with the non-empty params.
