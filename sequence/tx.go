@@ -198,6 +198,10 @@ type AppendOpts struct {
 // recover. It is not an ordered commit: numbers below may still be
 // leased by others, and readers read up to the watermark only.
 //
+// An empty payload is valid. The library treats nil and []byte{} as the
+// same payload; read back, a nil payload is nil and a []byte{} is empty
+// but not nil, so test a payload with len, not against nil.
+//
 // Within an application's transaction (InTx), the entries commit or roll
 // back with the application's rows. On the Leaser itself, each call goes
 // alone: to append many entries, pass them in one call (up to

@@ -209,6 +209,8 @@ func (r rec) payload() []byte {
 	switch {
 	case p.large != 0:
 		return r.c.large[p.large-1]
+	case p.n == 1:
+		return []byte{} // empty, not none: what PostgreSQL gives back too
 	case p.n != 0:
 		return r.c.small[p.off : p.off+p.n-1 : p.off+p.n-1]
 	}

@@ -93,6 +93,19 @@ func testAppend(t *testing.T, newStore func(t *testing.T) Store) {
 		require.Equal(t, store.Committed, e.State)
 	})
 
+	t.Run("an empty payload reads back as it was given", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.name("")
+		_, err := b.appender().Append(b.ctx, s, []store.AppendRequest{{Payload: nil}, {Payload: []byte{}}}, nil)
+		require.NoError(t, err)
+		es, err := b.s.Read(b.ctx, s, 0, 2)
+		require.NoError(t, err)
+		require.Len(t, es, 2)
+		require.Nil(t, es[0].Payload, "nil reads back as nil")
+		require.NotNil(t, es[1].Payload, "[]byte{} reads back as empty, not nil")
+		require.Empty(t, es[1].Payload)
+	})
+
 	t.Run("bad input appends nothing", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.name("")

@@ -27,6 +27,19 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 		}, b.stats(s))
 	})
 
+	t.Run("an empty payload reads back as it was given", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.name("")
+		b.commit(b.lease1(s, 0, 10*time.Second), time.Second, nil)
+		b.commit(b.lease1(s, 0, 10*time.Second), time.Second, []byte{})
+		es, err := b.s.Read(b.ctx, s, 0, 2)
+		require.NoError(t, err)
+		require.Len(t, es, 2)
+		require.Nil(t, es[0].Payload, "nil reads back as nil")
+		require.NotNil(t, es[1].Payload, "[]byte{} reads back as empty, not nil")
+		require.Empty(t, es[1].Payload)
+	})
+
 	t.Run("nil payload stays empty", func(t *testing.T) {
 		b := setup(t, newStore)
 		s := b.name("")

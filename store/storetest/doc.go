@@ -58,7 +58,8 @@
 //     not create it. ListExpired filtered on such a stream returns nothing.
 //   - With a Stream filter, a cursor in an earlier stream starts the stream
 //     from its beginning and a cursor in a later one leaves nothing.
-//   - A nil and an empty payload are the same payload.
+//   - A nil and an empty payload are the same payload, and each reads back
+//     as it was given: nil as nil, []byte{} as empty and not nil.
 //   - A cancelled context is not bad input: its error matches
 //     context.Canceled and not store.ErrInvalidArgument.
 package storetest
