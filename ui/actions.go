@@ -325,7 +325,7 @@ type confirmData struct {
 	Heading   string
 	Facts     [][2]string // label, value
 	Notes     []string
-	Hidden    [][2]string // the bound fields: name, value
+	Hidden    [][2]string // the bound fields: name, Go-quoted value
 	Token     string
 	Actor     string
 	MaxReason int
@@ -337,7 +337,7 @@ type confirmData struct {
 func (h *Handler) confirm(d confirmData, actor string, values ...string) (string, any, error) {
 	names := boundFields[d.Action]
 	for i, n := range names {
-		d.Hidden = append(d.Hidden, [2]string{n, values[i]})
+		d.Hidden = append(d.Hidden, [2]string{n, strconv.Quote(values[i])})
 	}
 	d.Token = h.act.newToken(actor, d.Action, values)
 	d.Actor, d.MaxReason = actor, h.act.maxReason
@@ -492,11 +492,11 @@ func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return "", result{}, badRequest("the form could not be read: %v", err)
 	}
 	f := r.PostForm
-	values := make([]string, len(fields))
-	for i, n := range fields {
-		values[i] = f.Get(n)
+	values, err := boundValues(f, fields)
+	if err == nil {
+		err = h.act.checkToken(f.Get("token"), actor, action, values)
 	}
-	if err := h.act.checkToken(f.Get("token"), actor, action, values); err != nil {
+	if err != nil {
 		h.cfg.Logger.WarnContext(ctx, "ui: action refused: token", slog.String("action", action), slog.String("actor", actor), slog.Any("error", err))
 		return "", result{}, err
 	}
@@ -529,6 +529,22 @@ func (h *Handler) perform(ctx context.Context, w http.ResponseWriter, r *http.Re
 	attrs = append(attrs, slog.String("outcome", "done"), slog.String("result", msg))
 	h.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "ui: action", attrs...)
 	return back, result{Message: msg, Reason: reason, Actor: actor}, nil
+}
+
+// boundValues returns the values of the bound fields of a posted form,
+// which confirm Go-quoted (so that escapeFormat leaves them as they are);
+// errBadToken when one is not quoted: not the value the page was drawn
+// for.
+func boundValues(f url.Values, fields []string) ([]string, error) {
+	values := make([]string, len(fields))
+	for i, n := range fields {
+		v, err := strconv.Unquote(f.Get(n))
+		if err != nil {
+			return nil, errBadToken
+		}
+		values[i] = v
+	}
+	return values, nil
 }
 
 // forceRelease ends the holding of name by owner with fence, the one on

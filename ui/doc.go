@@ -118,7 +118,13 @@
 // user input. html/template escapes each by context (text, attribute,
 // URL); no template value is marked safe. Payload previews are cut at
 // PreviewBytes and Go-quoted, so control characters and invalid UTF-8 show
-// as escapes. Query parameters are validated before any store read (the
+// as escapes. Format characters (Unicode Cf: bidirectional overrides,
+// isolates and marks, zero-width joiners), which the store accepts in
+// names and text, show as escapes too (\u202e) on every page, in text,
+// attributes and titles alike: the rendered page goes through one filter,
+// so an override in a name cannot reverse the page's own words after it.
+// The bound fields of an action's form are Go-quoted for the same reason,
+// and unquoted when posted. Query parameters are validated before any store read (the
 // store's own name and text rules, page sizes 1..MaxPageSize, numbers of
 // at least 0): a bad one answers 400 with a message that quotes it through
 // store.QuoteInput (short, single line), never a panic. Every listing is

@@ -3,7 +3,10 @@ package ui
 import (
 	"html/template"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // funcs are the templates' helpers. None returns template.HTML: every
@@ -67,4 +70,37 @@ func atLeast(n int, capped bool) string {
 		return strconv.Itoa(n) + "+"
 	}
 	return strconv.Itoa(n)
+}
+
+// isFormat reports whether r is a format character (Unicode category Cf):
+// bidirectional overrides, embeddings, isolates and marks, zero-width
+// joiners, the byte order mark. The store accepts them in names and text;
+// shown as they are, an override reverses the rest of its line, the page's
+// own words included.
+func isFormat(r rune) bool { return unicode.Is(unicode.Cf, r) }
+
+// escapeFormat returns page with every format character written as a Go
+// escape (\u202e), as payload previews show them. It runs on every page
+// rendered, so that no user string, in text, attribute or title, is shown
+// with one; the templates have none of their own. Links are unaffected:
+// html/template percent-encodes them. The bound fields of an action's
+// form are Go-quoted (confirm, boundValues), so that they post back the
+// values the page was drawn for.
+func escapeFormat(page string) string {
+	if strings.IndexFunc(page, isFormat) < 0 {
+		return page
+	}
+	var b strings.Builder
+	b.Grow(len(page) + 16)
+	for len(page) > 0 {
+		r, size := utf8.DecodeRuneInString(page)
+		if isFormat(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		} else {
+			b.WriteString(page[:size]) // as it was, an invalid byte too
+		}
+		page = page[size:]
+	}
+	return b.String()
 }

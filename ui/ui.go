@@ -420,6 +420,6 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, pag
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
-		_, _ = w.Write([]byte(b.String()))
+		_, _ = w.Write([]byte(escapeFormat(b.String())))
 	}
 }
