@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -254,8 +255,11 @@ func cmp[T comparable](v, def T) T {
 
 // ServeHTTP answers GET and HEAD, and with Actions POST to /actions/
 // (405 otherwise), with the security headers on every answer. Mount it
-// under a prefix with http.StripPrefix: every link of the pages is
-// relative.
+// under a prefix with http.StripPrefix (the prefix with or without its
+// trailing slash): every link of the pages is relative, and an error page
+// below the top level (a 404 at /leases/) links up with "../". A path that
+// is not clean ("//leases") answers 404: the mux's redirect to the clean
+// path would leave the prefix.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
 	formAction := "'none'"
@@ -277,14 +281,42 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusMethodNotAllowed, "method "+store.QuoteInput(r.Method)+" not allowed: this interface is read-only")
 		return
 	}
-	if r.URL.Path == "" { // mounted with http.StripPrefix("/prefix/", ...)
+	if !strings.HasPrefix(r.URL.Path, "/") { // mounted with http.StripPrefix("/prefix/", ...)
 		r2 := *r
 		u := *r.URL
-		u.Path = "/"
+		u.Path = "/" + u.Path
+		if u.RawPath != "" {
+			u.RawPath = "/" + u.RawPath
+		}
 		r2.URL = &u
 		r = &r2
 	}
+	if p := r.URL.Path; cleanPath(p) != p {
+		// The mux would redirect to the clean path, an absolute one: out
+		// of the prefix the handler is mounted under.
+		h.fail(w, r, http.StatusNotFound, "no page at "+store.QuoteInput(p))
+		return
+	}
 	h.mux.ServeHTTP(w, r)
+}
+
+// cleanPath returns p without empty, "." and ".." elements, keeping a
+// trailing slash, as http.ServeMux cleans paths.
+func cleanPath(p string) string {
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// root returns the relative link from r's page to the handler's root: ""
+// at the top level, where every page is, and "../" for each level below,
+// where only error pages are (a 404 at /leases/, a refused action at
+// /actions/NAME). The pages' links are relative, so that they hold under
+// any prefix; the Content-Security-Policy forbids <base>.
+func root(r *http.Request) string {
+	return strings.Repeat("../", strings.Count(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/"))
 }
 
 // allowedHost reports whether r's Host is one of Config.AllowedHosts.
@@ -317,6 +349,7 @@ func badRequest(format string, args ...any) error {
 // view is what the layout renders around a page's data.
 type view struct {
 	Title   string
+	Root    string // the link to the handler's root, "" at the top level (see root)
 	Page    string // the nav entry to highlight
 	Now     time.Time
 	Refresh int     // seconds; 0: no refresh
@@ -408,6 +441,7 @@ type errorData struct {
 // render executes page into a buffer first, so that a template error
 // answers 500 rather than half a page.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, page string, v view) {
+	v.Root = root(r)
 	var b strings.Builder
 	if err := h.pages[page].Execute(&b, v); err != nil {
 		h.cfg.Logger.ErrorContext(r.Context(), "ui: render failed", slog.String("page", page), slog.Any("error", err))

@@ -552,3 +552,78 @@ func TestLeasePagesStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestLinksAtAnyDepth opens error pages below sub-paths of a prefix (a 404
+// at any depth, an action's refusal under actions/) and follows every
+// link: the stylesheet and the script come back as such, navigation
+// answers 200, and nothing leaves the prefix.
+func TestLinksAtAnyDepth(t *testing.T) {
+	t.Parallel()
+	b := prepareActions(t, memory.New(nil))
+	mux := http.NewServeMux()
+	mux.Handle("/ops/", http.StripPrefix("/ops", b.h))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "outside", http.StatusTeapot) })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	pages := map[string]int{
+		"/ops/leases/": http.StatusNotFound, "/ops/stream/extra": http.StatusNotFound, "/ops/a/b/c/": http.StatusNotFound,
+		"/ops/static/x/y": http.StatusNotFound, "/ops/a%2Fb/c": http.StatusNotFound,
+		"/ops/stream/": http.StatusNotFound, "/ops/": http.StatusOK, "/ops/stream?name=orders": http.StatusOK,
+	}
+	for target, status := range pages {
+		body := fetch(t, srv.URL+target, status)
+		requireLinksWork(t, srv.URL+target, body)
+	}
+	// An action refused (no token), under actions/.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/ops/actions/force-release", strings.NewReader("reason=x"))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set(operatorHeader, operator)
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, res.StatusCode, string(body))
+	requireLinksWork(t, srv.URL+"/ops/actions/force-release", string(body))
+
+	// A path that is not clean, from a router that passes it on: no
+	// redirect to the clean path, which would leave the prefix.
+	for _, target := range []string{"/ops//leases", "/ops/x/../leases"} {
+		r := get(t, http.StripPrefix("/ops", b.h), target)
+		require.Equal(t, http.StatusNotFound, r.status, "%s: %v", target, r.header)
+	}
+	// Mounted with the prefix's slash stripped too, a page is found.
+	r := get(t, http.StripPrefix("/ops/", b.h), "/ops/leases")
+	require.Equal(t, http.StatusOK, r.status, r.body)
+}
+
+// requireLinksWork follows every link of body, the page at pageURL: each
+// stays under /ops/ and answers 200, the stylesheet and script with their
+// types.
+func requireLinksWork(t *testing.T, pageURL, body string) {
+	t.Helper()
+	base, err := url.Parse(pageURL)
+	require.NoError(t, err)
+	hrefs := regexp.MustCompile(`(?:href|src)="([^"#]*)"`).FindAllStringSubmatch(body, -1)
+	require.NotEmpty(t, hrefs, pageURL)
+	for _, m := range hrefs {
+		u, err := base.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(u.Path, "/ops/"), "%s: %s leaves the prefix", pageURL, m[1])
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u.String(), nil)
+		require.NoError(t, err)
+		req.Header.Set(operatorHeader, operator) // for the confirmation pages
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, "%s: link %s (%s)", pageURL, m[1], u)
+		switch {
+		case strings.HasSuffix(u.Path, ".css"):
+			require.Contains(t, res.Header.Get("Content-Type"), "text/css", "%s: %s", pageURL, u)
+		case strings.HasSuffix(u.Path, ".js"):
+			require.Contains(t, res.Header.Get("Content-Type"), "javascript", "%s: %s", pageURL, u)
+		}
+	}
+}
