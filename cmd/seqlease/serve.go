@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/seqlease/seqlease/ui"
@@ -25,7 +26,8 @@ It answers requests for localhost, 127.0.0.1, [::1] and the host of
 -addr only (others get 403), so that a web page cannot read it through a
 name of its own pointed at this machine (DNS rebinding); -allow-host
 adds a name it is reached by (repeatable).
-With -json the address is printed as {"url": ...}.`
+It prints the URL to open (the loopback address when -addr binds every
+interface); with -json as {"url": ...}.`
 
 // serveRow is the serve command's JSON: where it listens.
 type serveRow struct {
@@ -44,6 +46,18 @@ func serveHosts(addr string, bound net.Addr, extra []string) []string {
 		hosts = append(hosts, ta.IP.String())
 	}
 	return append(hosts, extra...)
+}
+
+// serveURL is the URL serve prints for the address it listens on: on
+// every interface (":8080", "0.0.0.0", "[::]") the IPv4 loopback, which
+// such a listener answers and the interface allows, not the unspecified
+// address, which names no host to connect to and which it refuses.
+func serveURL(a *net.TCPAddr) string {
+	host := a.IP
+	if host.IsUnspecified() {
+		host = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(host.String(), strconv.Itoa(a.Port)) + "/"
 }
 
 // serve runs the web interface until ctx ends.
@@ -81,7 +95,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.errOut, "seqlease: serve: %s answers other machines, without authentication "+
 			"(and only for the names localhost, 127.0.0.1, ::1 and -allow-host ones)\n", ln.Addr())
 	}
-	url := "http://" + ln.Addr().String() + "/"
+	url := serveURL(ln.Addr().(*net.TCPAddr))
 	if c.json {
 		err = json.NewEncoder(c.out).Encode(serveRow{url}) // one line, as watch prints
 	} else {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,39 +18,97 @@ import (
 	"github.com/seqlease/seqlease/store/postgres"
 )
 
-// TestServe runs seqlease serve on a free port, reads its address from
-// its JSON line, fetches pages, and stops it by cancelling its context.
-func TestServe(t *testing.T) {
-	t.Parallel()
+// served is a running seqlease serve: the URL it printed, and how to stop
+// it.
+type served struct {
+	url    string
+	line   string // its JSON line
+	cancel context.CancelFunc
+	done   chan int
+	errOut *syncWriter
+}
+
+// startServe runs seqlease -json serve with args on schema until stop, and
+// reads the URL it prints.
+func startServe(t *testing.T, schema string, args ...string) *served {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	s := &served{cancel: cancel, done: make(chan int, 1), errOut: &syncWriter{}}
+	go func() {
+		s.done <- run(ctx, append([]string{"-dsn", pgtest.URL(), "-schema", schema, "-json", "serve"}, args...), pw, s.errOut)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		cancel()
+		<-s.done
+		t.Fatalf("serve printed no address: %v; stderr: %s", err, s.errOut.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }() // nothing more is expected; never block the command
+	var got serveRow
+	require.NoError(t, json.Unmarshal([]byte(line), &got))
+	s.url, s.line = got.URL, line
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop interrupts the command and checks that it ended well; safe twice.
+func (s *served) stop(t *testing.T) {
+	t.Helper()
+	if s.done == nil {
+		return
+	}
+	s.cancel()
+	require.Equal(t, 0, <-s.done, s.errOut.String())
+	s.done = nil
+}
+
+// syncWriter is a strings.Builder safe for the command's goroutine and the
+// test.
+type syncWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func serveSchema(t *testing.T) (*postgres.Store, string) {
+	t.Helper()
 	pool := pgtest.Shared(t, false)
 	schema := pgtest.NewSchema(t, pool)
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
-	_, err = s.Lease(t.Context(), "<orders>", []store.LeaseRequest{{TTL: time.Hour}}, &store.LeaseParams{Owner: "w1"})
+	return s, schema
+}
+
+// TestServe runs seqlease serve on a free port, reads its address from
+// its JSON line, fetches pages, and stops it by cancelling its context.
+func TestServe(t *testing.T) {
+	t.Parallel()
+	s, schema := serveSchema(t)
+	_, err := s.Lease(t.Context(), "<orders>", []store.LeaseRequest{{TTL: time.Hour}}, &store.LeaseParams{Owner: "w1"})
 	require.NoError(t, err)
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	pr, pw := io.Pipe()
-	var errOut strings.Builder
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"-dsn", pgtest.URL(), "-schema", schema, "-json", "serve", "-addr", "127.0.0.1:0", "-allow-host", "ops.example"}, pw, &errOut)
-		pw.Close()
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	require.NoError(t, err, "serve printed its address")
-	go func() { _, _ = io.Copy(io.Discard, pr) }() // nothing more is expected; never block the command
-	var got serveRow
-	require.NoError(t, json.Unmarshal([]byte(line), &got))
-	require.Regexp(t, `^http://127\.0\.0\.1:\d+/$`, got.URL)
-	for _, k := range jsonKeys(t, line) {
+	sv := startServe(t, schema, "-addr", "127.0.0.1:0", "-allow-host", "ops.example")
+	require.Regexp(t, `^http://127\.0\.0\.1:\d+/$`, sv.url)
+	for _, k := range jsonKeys(t, sv.line) {
 		require.Regexp(t, snakeCase, k)
 	}
 
 	for host, status := range map[string]int{"attacker.example": http.StatusForbidden, "attacker.example:80": http.StatusForbidden,
 		"localhost": http.StatusOK, "ops.example:8080": http.StatusOK, "": http.StatusOK} {
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, got.URL, nil)
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, sv.url, nil)
 		require.NoError(t, err)
 		if host != "" {
 			req.Host = host // as a DNS rebinding page's requests name it
@@ -59,19 +118,33 @@ func TestServe(t *testing.T) {
 		res.Body.Close()
 		require.Equal(t, status, res.StatusCode, "Host %q", host)
 	}
-	body := httpGet(t, got.URL, http.StatusOK)
+	body := httpGet(t, sv.url, http.StatusOK)
 	require.Contains(t, body, "&lt;orders&gt;")
 	require.NotContains(t, body, "<orders>")
-	httpGet(t, got.URL+"stream?name=%3Corders%3E", http.StatusOK)
-	httpGet(t, got.URL+"stream?name=", http.StatusBadRequest)
-	res, err := http.Post(got.URL, "text/plain", strings.NewReader("x"))
+	httpGet(t, sv.url+"stream?name=%3Corders%3E", http.StatusOK)
+	httpGet(t, sv.url+"stream?name=", http.StatusBadRequest)
+	res, err := http.Post(sv.url, "text/plain", strings.NewReader("x"))
 	require.NoError(t, err)
 	res.Body.Close()
 	require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
 
-	cancel()
-	require.Equal(t, 0, <-done, errOut.String())
-	require.Empty(t, errOut.String(), "a loopback address draws no warning")
+	sv.stop(t)
+	require.Empty(t, sv.errOut.String(), "a loopback address draws no warning")
+}
+
+// TestServeUnspecifiedAddress binds every interface (-addr :PORT, 0.0.0.0,
+// [::]): the URL serve prints answers 200, not 403 for the host it names.
+func TestServeUnspecifiedAddress(t *testing.T) {
+	t.Parallel()
+	_, schema := serveSchema(t)
+	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0"} {
+		sv := startServe(t, schema, "-addr", addr)
+		require.Regexp(t, `^http://[^/]+:\d+/$`, sv.url, addr)
+		httpGet(t, sv.url, http.StatusOK)
+		httpGet(t, sv.url+"leases", http.StatusOK)
+		sv.stop(t)
+		require.Contains(t, sv.errOut.String(), "answers other machines", addr)
+	}
 }
 
 func httpGet(t *testing.T, url string, status int) string {
