@@ -300,10 +300,34 @@ type ListLeasesParams struct {
 	Now       *time.Time
 }
 
-// LeaseHistoryParams select events of the audit history, in ID order.
+// LeaseHistoryParams select events of the audit history: those with an ID
+// above AfterID and, when BeforeID is above 0, below BeforeID; oldest
+// first (ascending ID), or newest first with Newest.
 type LeaseHistoryParams struct {
 	AfterID int64
-	Limit   int // at most this many; 0 means DefaultListLimit
+	// BeforeID, when above 0, keeps the events with an ID below it: with
+	// Newest, the page older than one already read. Negative is refused
+	// (ErrInvalidArgument).
+	BeforeID int64
+	// Newest lists the events newest first (descending ID): the latest
+	// Limit events of the range rather than the earliest. A name renewed
+	// every few seconds records thousands of events an hour; its latest
+	// come first.
+	Newest bool
+	Limit  int // at most this many; 0 means DefaultListLimit
+}
+
+// HistoryBounds returns the IDs a LeaseHistory call lists between,
+// exclusive: p.AfterID and p.BeforeID, or math.MaxInt64 for no upper
+// bound. A negative BeforeID is refused (ErrInvalidArgument).
+func HistoryBounds(p *LeaseHistoryParams) (after, before int64, err error) {
+	switch {
+	case p.BeforeID < 0:
+		return 0, 0, fmt.Errorf("%w: BeforeID %d is negative", ErrInvalidArgument, p.BeforeID)
+	case p.BeforeID == 0:
+		return p.AfterID, math.MaxInt64, nil
+	}
+	return p.AfterID, p.BeforeID, nil
 }
 
 // LeaseWaiterTTL is how long an announcement of a waiter counts without a

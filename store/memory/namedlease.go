@@ -558,12 +558,22 @@ func (s *Store) LeaseHistory(ctx context.Context, name string, p *store.LeaseHis
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lease history: %w", store.NotSent(err))
 	}
+	after, before, err := store.HistoryBounds(p)
+	if err != nil {
+		return nil, fmt.Errorf("lease history: %w", err)
+	}
 	n := &s.named
 	n.histMu.Lock()
 	defer n.histMu.Unlock()
-	i, _ := slices.BinarySearchFunc(n.history, p.AfterID+1, func(e *histEvent, id int64) int { return cmp.Compare(e.ID, id) })
+	byID := func(e *histEvent, id int64) int { return cmp.Compare(e.ID, id) }
+	lo, _ := slices.BinarySearchFunc(n.history, after+1, byID)
+	hi, _ := slices.BinarySearchFunc(n.history, before, byID)
 	var out []store.LeaseEvent
-	for _, e := range n.history[i:] {
+	for i := range max(hi-lo, 0) {
+		e := n.history[lo+i]
+		if p.Newest {
+			e = n.history[hi-1-i]
+		}
 		if !e.gone && (name == "" || e.Name == name) {
 			out = append(out, e.LeaseEvent)
 			if len(out) == limit {

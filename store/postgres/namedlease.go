@@ -23,6 +23,7 @@ type leaseQueries struct {
 	forceRelease, cleanup, checkFence, checkFenceTx, listAll          string
 	listByOwner, historyAll, historyByName, trimHistory, announce     string
 	listWaiters, listWaitersByName                                    string
+	historyAllNewest, historyByNameNewest                             string
 }
 
 // leaseSQL caches the statements per schema name.
@@ -213,11 +214,21 @@ ORDER BY l.name LIMIT $4`,
 
 		historyAll: `
 SELECT id, name, owner, fence, event, at, expires_at, reason, actor, comment FROM {s}.lease_history
-WHERE id > $1 ORDER BY id LIMIT $2`,
+WHERE id > $1 AND id < $3 ORDER BY id LIMIT $2`,
 
 		historyByName: `
 SELECT id, name, owner, fence, event, at, expires_at, reason, actor, comment FROM {s}.lease_history
-WHERE name = $3 AND id > $1 ORDER BY id LIMIT $2`,
+WHERE name = $4 AND id > $1 AND id < $3 ORDER BY id LIMIT $2`,
+
+		// Newest first: the primary key and lease_history_name (name, id)
+		// are read backwards.
+		historyAllNewest: `
+SELECT id, name, owner, fence, event, at, expires_at, reason, actor, comment FROM {s}.lease_history
+WHERE id > $1 AND id < $3 ORDER BY id DESC LIMIT $2`,
+
+		historyByNameNewest: `
+SELECT id, name, owner, fence, event, at, expires_at, reason, actor, comment FROM {s}.lease_history
+WHERE name = $4 AND id > $1 AND id < $3 ORDER BY id DESC LIMIT $2`,
 
 		trimHistory: `
 WITH d AS (SELECT id FROM {s}.lease_history WHERE at < $1 ORDER BY at LIMIT $2)
@@ -253,7 +264,7 @@ ORDER BY w.name, w.since, w.waiter LIMIT $2`,
 	}
 	for _, p := range []*string{&q.get, &q.acquireOne, &q.acquire, &q.acquireWait, &q.renew, &q.releaseOne, &q.release, &q.forceRelease, &q.cleanup,
 		&q.checkFence, &q.checkFenceTx, &q.listAll, &q.listByOwner, &q.historyAll, &q.historyByName,
-		&q.trimHistory, &q.announce, &q.listWaiters, &q.listWaitersByName} {
+		&q.trimHistory, &q.announce, &q.listWaiters, &q.listWaitersByName, &q.historyAllNewest, &q.historyByNameNewest} {
 		*p = strings.ReplaceAll(*p, "{s}", s)
 	}
 	actual, _ := leaseSQL.LoadOrStore(schema, q)
@@ -1005,11 +1016,21 @@ func (s *Store) LeaseHistory(ctx context.Context, name string, p *store.LeaseHis
 	if err != nil {
 		return nil, fmt.Errorf("lease history: %w", err)
 	}
+	after, before, err := store.HistoryBounds(p)
+	if err != nil {
+		return nil, fmt.Errorf("lease history: %w", err)
+	}
+	q := s.lq()
 	var rows pgx.Rows
-	if name == "" {
-		rows, err = s.db.Query(ctx, s.lq().historyAll, p.AfterID, limit)
-	} else {
-		rows, err = s.db.Query(ctx, s.lq().historyByName, p.AfterID, limit, name)
+	switch {
+	case name == "" && p.Newest:
+		rows, err = s.db.Query(ctx, q.historyAllNewest, after, limit, before)
+	case name == "":
+		rows, err = s.db.Query(ctx, q.historyAll, after, limit, before)
+	case p.Newest:
+		rows, err = s.db.Query(ctx, q.historyByNameNewest, after, limit, before, name)
+	default:
+		rows, err = s.db.Query(ctx, q.historyByName, after, limit, before, name)
 	}
 	if err != nil {
 		return nil, interpretError("lease history", err)

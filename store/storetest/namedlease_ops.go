@@ -580,4 +580,54 @@ func testNamedHistory(t *testing.T, newStore func(t *testing.T) NamedLeaseStore)
 		require.Equal(t, store.LeaseRenewed, rest[0].Kind)
 		requireTime(t, b.time(2*time.Second), rest[0].At)
 	})
+
+	t.Run("newest first, paging backwards by ID", func(t *testing.T) {
+		b := nlSetup(t, newStore)
+		n, other := b.name(""), b.name("-other")
+		l := b.acquire(n, "alice", 0, time.Hour)
+		b.acquire(other, "bob", 0, time.Hour)
+		for i := 1; i <= 4; i++ {
+			l = b.renew(l, time.Duration(i)*time.Second, time.Hour)
+		}
+		all, err := b.s.LeaseHistory(b.ctx, n, nil) // oldest first: acquired, renewed x4
+		require.NoError(t, err)
+		require.Len(t, all, 5)
+		ids := func(es []store.LeaseEvent) []int64 {
+			var out []int64
+			for _, e := range es {
+				out = append(out, e.ID)
+			}
+			return out
+		}
+		page, err := b.s.LeaseHistory(b.ctx, n, &store.LeaseHistoryParams{Newest: true, Limit: 2})
+		require.NoError(t, err)
+		require.Equal(t, []int64{all[4].ID, all[3].ID}, ids(page), "the latest events, newest first")
+		page, err = b.s.LeaseHistory(b.ctx, n, &store.LeaseHistoryParams{Newest: true, BeforeID: all[3].ID, Limit: 2})
+		require.NoError(t, err)
+		require.Equal(t, []int64{all[2].ID, all[1].ID}, ids(page))
+		page, err = b.s.LeaseHistory(b.ctx, n, &store.LeaseHistoryParams{Newest: true, BeforeID: all[1].ID, Limit: 2})
+		require.NoError(t, err)
+		require.Equal(t, []int64{all[0].ID}, ids(page), "the oldest, alone on the last page")
+		page, err = b.s.LeaseHistory(b.ctx, n, &store.LeaseHistoryParams{Newest: true, BeforeID: all[0].ID})
+		require.NoError(t, err)
+		require.Empty(t, page)
+
+		// Both bounds, either order; every name.
+		page, err = b.s.LeaseHistory(b.ctx, n, &store.LeaseHistoryParams{AfterID: all[0].ID, BeforeID: all[3].ID})
+		require.NoError(t, err)
+		require.Equal(t, []int64{all[1].ID, all[2].ID}, ids(page))
+		page, err = b.s.LeaseHistory(b.ctx, n, &store.LeaseHistoryParams{AfterID: all[0].ID, BeforeID: all[3].ID, Newest: true})
+		require.NoError(t, err)
+		require.Equal(t, []int64{all[2].ID, all[1].ID}, ids(page))
+		every, err := b.s.LeaseHistory(b.ctx, "", &store.LeaseHistoryParams{Newest: true, Limit: store.MaxListLimit})
+		require.NoError(t, err)
+		require.Len(t, every, 6)
+		require.Equal(t, all[4].ID, every[0].ID)
+		for i := 1; i < len(every); i++ {
+			require.Greater(t, every[i-1].ID, every[i].ID, "descending IDs")
+		}
+
+		_, err = b.s.LeaseHistory(b.ctx, n, &store.LeaseHistoryParams{BeforeID: -1})
+		require.ErrorIs(t, err, store.ErrInvalidArgument)
+	})
 }
