@@ -27,8 +27,9 @@
 //	             remaining (expired=1 adds the expired holdings not yet
 //	             marked), and the processes waiting for names
 //	/lease       one named lease (name): its holding with its status and
-//	             time remaining, its waiters, and its audit history with
-//	             reasons and, for a force-release, who and why
+//	             time remaining, its waiters, and its audit history newest
+//	             first with reasons and, for a force-release, who and why
+//	             (before to page backwards, after forwards)
 //	/readers     the readers' checkpoints with their streams' watermarks
 //	             and lag
 //	/parked      the parked entries (store.Parker): recovery kept failing,

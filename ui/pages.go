@@ -434,22 +434,32 @@ type leaseData struct {
 	Held         bool
 	ForceRelease string // the confirmation page of the action
 	Events       []store.LeaseEvent
-	Next         string
-	Waiters      []store.LeaseWaiter
-	MoreWaiters  bool
+	// Newer and Older page through the history; Newest is the first page,
+	// shown on an empty page that was not it.
+	Newer, Older, Newest string
+	Waiters              []store.LeaseWaiter
+	MoreWaiters          bool
 }
 
 // leasePage shows one named lease (name): its current or last holding, the
-// processes waiting for it and its audit history (after, limit), oldest
-// first.
+// processes waiting for it and its audit history newest first, limit
+// events: the latest, those before the ID before, or those after the ID
+// after (the page newer than one shown).
 func (h *Handler) leasePage(ctx context.Context, r *http.Request, now time.Time) (string, any, error) {
 	name, err := nameParam(r, "name", true, store.ValidateLeaseName)
 	if err != nil {
 		return "", nil, err
 	}
-	after, _, err := numberParam(r, "after", 0)
+	after, newer, err := numberParam(r, "after", 0)
 	if err != nil {
 		return "", nil, err
+	}
+	before, older, err := numberParam(r, "before", 0)
+	if err != nil {
+		return "", nil, err
+	}
+	if newer && older {
+		return "", nil, badRequest("after and before exclude each other: page one way at a time")
 	}
 	limit, err := h.limitParam(r)
 	if err != nil {
@@ -459,14 +469,28 @@ func (h *Handler) leasePage(ctx context.Context, r *http.Request, now time.Time)
 	if err != nil {
 		return "", nil, err
 	}
-	evs, err := h.cfg.Store.LeaseHistory(ctx, name, &store.LeaseHistoryParams{AfterID: after, Limit: limit + 1})
+	// Newest first, but the page newer than one shown is the limit events
+	// just after it: read oldest first from there, then reversed.
+	evs, err := h.cfg.Store.LeaseHistory(ctx, name, &store.LeaseHistoryParams{AfterID: after, BeforeID: before, Newest: !newer, Limit: limit + 1})
 	if err != nil {
 		return "", nil, err
 	}
+	more := len(evs) > limit
+	evs = evs[:min(len(evs), limit)]
+	if newer {
+		slices.Reverse(evs)
+	}
 	d := leaseData{Lease: l, Held: l.Held(), Events: evs, ForceRelease: link(actForceRelease, "name", name)}
-	if len(evs) > limit {
-		d.Events = evs[:limit]
-		d.Next = link("lease", "name", name, "after", itoa(evs[limit-1].ID), "limit", r.URL.Query().Get("limit"))
+	lim := r.URL.Query().Get("limit")
+	if len(evs) > 0 {
+		if (newer && more) || older {
+			d.Newer = link("lease", "name", name, "after", itoa(evs[0].ID), "limit", lim)
+		}
+		if (!newer && more) || (newer && after > 0) {
+			d.Older = link("lease", "name", name, "before", itoa(evs[len(evs)-1].ID), "limit", lim)
+		}
+	} else if newer || older {
+		d.Newest = link("lease", "name", name, "limit", lim)
 	}
 	if d.Waiters, d.MoreWaiters, err = h.waiters(ctx, name, limit, now); err != nil {
 		return "", nil, err

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -625,5 +626,53 @@ func requireLinksWork(t *testing.T, pageURL, body string) {
 		case strings.HasSuffix(u.Path, ".js"):
 			require.Contains(t, res.Header.Get("Content-Type"), "javascript", "%s: %s", pageURL, u)
 		}
+	}
+}
+
+// TestLeaseHistoryNewestFirst shows a named lease's history newest first,
+// paging backwards to the oldest event and forwards again.
+func TestLeaseHistoryNewestFirst(t *testing.T) {
+	t.Parallel()
+	for name, s := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			l, err := s.AcquireLease(ctx, "leader", "node-1", &store.AcquireLeaseParams{TTL: time.Hour})
+			require.NoError(t, err)
+			for range 6 {
+				l, err = s.RenewLease(ctx, "leader", "node-1", l.Fence, &store.RenewLeaseParams{TTL: time.Hour})
+				require.NoError(t, err)
+			}
+			evs, err := s.LeaseHistory(ctx, "leader", nil)
+			require.NoError(t, err)
+			require.Len(t, evs, 7)
+			var want []string
+			for i := len(evs) - 1; i >= 0; i-- {
+				want = append(want, strconv.FormatInt(evs[i].ID, 10))
+			}
+			h := newHandler(t, s, nil)
+			idRE := `<td class="num">(\d+)</td>\s*<td>(?:acquired|renewed)`
+
+			first := get(t, h, "/lease?name=leader&limit=3")
+			require.Equal(t, http.StatusOK, first.status, first.body)
+			require.Contains(t, first.body, "Newest first")
+			require.NotContains(t, first.body, `rel="prev"`, "nothing is newer than the first page")
+			require.Equal(t, want, walk(t, h, "/lease?name=leader&limit=3", idRE), "newest first, paging backwards")
+
+			// From the oldest page, forwards again.
+			last := get(t, h, "/lease?name=leader&limit=3&before="+want[5])
+			require.Equal(t, []string{want[6]}, regexp.MustCompile(idRE).FindAllStringSubmatch(last.body, -1)[0][1:])
+			m := regexp.MustCompile(`rel="prev" href="([^"]*)"`).FindStringSubmatch(last.body)
+			require.NotNil(t, m, "the oldest page links to newer events")
+			newer := get(t, h, "/"+strings.ReplaceAll(m[1], "&amp;", "&"))
+			var got []string
+			for _, g := range regexp.MustCompile(idRE).FindAllStringSubmatch(newer.body, -1) {
+				got = append(got, g[1])
+			}
+			require.Equal(t, want[3:6], got, "the events just newer, still newest first")
+
+			require.Equal(t, http.StatusBadRequest, get(t, h, "/lease?name=leader&after=1&before=5").status)
+			require.Equal(t, http.StatusBadRequest, get(t, h, "/lease?name=leader&before=-1").status)
+		})
 	}
 }
