@@ -25,6 +25,7 @@
 //	HookQueue       yes           yes             cleanup's DurableHook: hook records written with the resolution, delivered at least once
 //	Appender        yes           yes             sequence.Leaser.Append: entries born committed, in one statement
 //	Parker          yes           yes             cleanup: failed recoveries counted on the entry; parked entries left to an operator
+//	CommitFinder    yes           yes             ui: a gap's operation committed again under a later number
 //	ListenChecker   -             yes             metrics: the seqlease.listen.deaf gauge and deaf checks counter
 //	HistoryChecker  -             yes             metrics: the seqlease.history.lost counter and the HistoryLost alert
 //

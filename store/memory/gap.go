@@ -105,3 +105,35 @@ func notGap(state store.State, filled bool) error {
 	}
 	return fmt.Errorf("%w: %s", store.ErrNotGap, state)
 }
+
+var _ store.CommitFinder = (*Store)(nil)
+
+// FindCommitted implements store.CommitFinder: a scan of the range.
+func (s *Store) FindCommitted(ctx context.Context, name string, p *store.FindCommittedParams) ([]store.Entry, error) {
+	if err := store.ValidateFindCommitted(name, p); err != nil {
+		return nil, fmt.Errorf("find committed: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("find committed: %w", store.NotSent(err))
+	}
+	st, err := s.stream(name)
+	if err != nil {
+		return nil, fmt.Errorf("find committed: %w", err)
+	}
+	ops := make(map[string]bool, len(p.Operations))
+	for _, op := range p.Operations {
+		ops[op] = true
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []store.Entry
+	for n := max(p.After+1, st.low); n <= min(p.Through, st.last); n++ {
+		e := st.at(n)
+		if e.slot.state == stateCommitted && ops[e.text(xOperation)] {
+			x := e.entry(name, n)
+			x.Payload = nil
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}

@@ -32,6 +32,17 @@ ORDER BY number LIMIT $3`
 SELECT (SELECT count(*) FROM {s}.entries e WHERE e.stream = $1 AND e.state = 'gap')
 FROM {s}.streams WHERE name = $1`
 
+	// findCommittedSQL reads a bounded range of the primary key for the
+	// committed entries of some operation ids, without their payloads
+	// (entryColumns, payload NULL).
+	findCommittedSQL = `
+SELECT stream, number, state, token, owner, operation_id, kind, leased_at,
+	expires_at, renewals, resolved_at, NULL::bytea, gap_reason, recovered_as, filled_at, filled_by,
+	recovered_from, recovery_type, 0, '', NULL::timestamptz
+FROM {s}.entries
+WHERE stream = $1 AND number > $2 AND number <= $3 AND state = 'committed' AND operation_id = ANY($4::text[])
+ORDER BY number`
+
 	// fillGapSQL is the conditional write of a fill. Its WHERE clause is the
 	// decision: a concurrent fill of the same gap waits for the row lock and
 	// then finds the entry committed, so exactly one fill wins. resolved_at,
@@ -75,6 +86,29 @@ func (s *Store) ListGaps(ctx context.Context, stream string, p *store.ListGapsPa
 	if len(out) == 0 {
 		if _, err := s.lowPoint(ctx, stream); err != nil {
 			return nil, interpretError("list gaps", err)
+		}
+	}
+	return out, nil
+}
+
+var _ store.CommitFinder = (*Store)(nil)
+
+// FindCommitted implements store.CommitFinder.
+func (s *Store) FindCommitted(ctx context.Context, stream string, p *store.FindCommittedParams) ([]store.Entry, error) {
+	if err := store.ValidateFindCommitted(stream, p); err != nil {
+		return nil, fmt.Errorf("find committed: %w", err)
+	}
+	rows, err := s.db.Query(ctx, s.q.findCommitted, stream, p.After, p.Through, p.Operations)
+	if err != nil {
+		return nil, interpretError("find committed", err)
+	}
+	out, err := collectEntries(rows)
+	if err != nil {
+		return nil, interpretError("find committed", err)
+	}
+	if len(out) == 0 {
+		if _, err := s.lowPoint(ctx, stream); err != nil {
+			return nil, interpretError("find committed", err)
 		}
 	}
 	return out, nil

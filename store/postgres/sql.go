@@ -16,6 +16,7 @@ type queries struct {
 	snapshot, readResolved, lowPoint             string
 	summarize                                    string
 	listGaps, listGapHistory, countGaps, fillGap string
+	findCommitted                                string
 	fillProbe, trim, recoverExpired              string
 	resolveExpiredBatch, streams                 string
 	recoverExpiredBatch, probeBatch              string
@@ -389,6 +390,7 @@ SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p LEFT JOIN c ON true`
 		listGaps:       listGapsSQL, // gap.go and trim.go
 		listGapHistory: listGapHistorySQL,
 		countGaps:      countGapsSQL,
+		findCommitted:  findCommittedSQL,
 		fillGap:        fillGapSQL,
 		fillProbe:      fillProbeSQL,
 		trim:           trimSQL,
@@ -414,7 +416,7 @@ SELECT u.number FROM u`
 	}
 	for _, p := range []*string{&q.lease, &q.leaseMulti, &q.commit, &q.release, &q.extend, &q.resolveExpired,
 		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
-		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps,
+		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps, &q.findCommitted,
 		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams,
 		&q.recoverExpiredBatch, &q.probeBatch, &q.appendEntries, &q.confirm, &q.resolveExpiredHook,
 		&q.resolveExpiredBatchHook, &q.recoverExpiredHook, &q.recoverExpiredBatchHook, &q.claimHooks,

@@ -52,6 +52,9 @@ func capabilities(s Store) []group[Store] {
 	if _, ok := s.(store.StreamSummarizer); ok {
 		out = append(out, group[Store]{"Summarize", testSummarize})
 	}
+	if _, ok := s.(store.CommitFinder); ok {
+		out = append(out, group[Store]{"CommitFinder", testFindCommitted})
+	}
 	if _, ok := s.(store.RecoveryHistory); ok {
 		out = append(out, group[Store]{"RecoveryHistory", testRecoveryHistory})
 	}

@@ -20,7 +20,7 @@ import (
 //
 // The capabilities the store has (store/capability.go) are checked too,
 // each in a group of its own (LeaseMulti, CommitMulti, OneByOne,
-// InProcess, Hooks, Parked, Summarize, RecoveryHistory), and so is
+// InProcess, Hooks, Parked, Summarize, CommitFinder, RecoveryHistory), and so is
 // a batch cut mid-way when the test harness can cut
 // one (Interrupter): a backend is checked for exactly what it claims.
 func Run(t *testing.T, newStore func(t *testing.T) Store) {
