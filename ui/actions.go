@@ -413,6 +413,9 @@ func (h *Handler) confirmFillGap(ctx context.Context, r *http.Request, now time.
 	case g.RecoveredAs != 0:
 		return "", nil, &httpError{http.StatusConflict, fmt.Sprintf("%d of %s was recovered as %d: filling it would apply its work twice", n, store.QuoteInput(name), g.RecoveredAs)}
 	}
+	if err := h.refuseCommittedAgain(ctx, g); err != nil {
+		return "", nil, err
+	}
 	d := confirmData{Action: actFillGap, Heading: fmt.Sprintf("Fill gap %d of stream %s", n, name), Payload: true,
 		Back: link("gaps", "stream", name, "after", itoa(n-1)),
 		Facts: [][2]string{{"Stream", name}, {"Number", itoa(n)}, {"Gap reason", g.Reason},
@@ -422,6 +425,25 @@ func (h *Handler) confirmFillGap(ctx context.Context, r *http.Request, now time.
 			"Filling does not move the watermark: readers already past the number saw it as a gap.",
 		}}
 	return h.confirm(d, actor, name, itoa(n))
+}
+
+// refuseCommittedAgain answers 409 when the operation of gap g was
+// committed under a later number (see gapRows): filling g would apply its
+// work twice.
+func (h *Handler) refuseCommittedAgain(ctx context.Context, g gap.Gap) error {
+	st, err := h.act.store.Stats(ctx, g.Stream)
+	if err != nil {
+		return err
+	}
+	rows, err := h.gapRows(ctx, st, []store.Entry{{Stream: g.Stream, Number: g.Number, State: store.Gap, OperationID: g.OperationID}})
+	if err != nil {
+		return err
+	}
+	if r := rows[0]; r.Work == workAgain {
+		return &httpError{http.StatusConflict, fmt.Sprintf("the operation of %d of %s was committed again as %d: filling it would apply its work twice",
+			g.Number, store.QuoteInput(g.Stream), r.WentTo)}
+	}
+	return nil
 }
 
 func (h *Handler) gaps() *gap.Gaps {
@@ -643,6 +665,13 @@ func (h *Handler) fillGap(ctx context.Context, stream, number, actor string, pay
 		return "", "", badRequest("number %s: want a number of at least 1", store.QuoteInput(number))
 	}
 	if err := store.ValidateFill(stream, n, &store.FillParams{Payload: payload, FilledBy: actor}); err != nil {
+		return "", "", err
+	}
+	g, err := h.gaps().Get(ctx, stream, n)
+	if err != nil {
+		return "", "", err
+	}
+	if err := h.refuseCommittedAgain(ctx, g); err != nil {
 		return "", "", err
 	}
 	approve := gap.FillPolicyFunc(func(context.Context, gap.Gap) (bool, error) {

@@ -21,8 +21,11 @@
 //	             expired, a gap or filled, with its holder, expiry, gap
 //	             reason, recovery and a payload preview; pages by after
 //	/gaps        the streams with their open gap counts; with stream, its
-//	             gaps with reasons and the numbers their work moved to
-//	             (reason, filled=1 to filter and widen; pages by after)
+//	             gaps with reasons and where their work went: recovered
+//	             as, committed again under a later number with the same
+//	             operation id (store.CommitFinder, over at most
+//	             store.MaxFindSpan numbers), filled, or lost (reason,
+//	             filled=1 to filter and widen; pages by after)
 //	/leases      the live named leases: holder, fence, status, time
 //	             remaining (expired=1 adds the expired holdings not yet
 //	             marked), and the processes waiting for names

@@ -16,9 +16,6 @@ var funcs = template.FuncMap{
 	"ago":     func(now, t time.Time) string { return since(now, t) },
 	"stamp":   stamp,
 	"atLeast": atLeast,
-	"fillLink": func(stream string, number int64) string {
-		return link(actFillGap, "stream", stream, "number", itoa(number))
-	},
 }
 
 // dur prints a duration rounded for reading: 850ms, 12.3s, 4m05s, 2h10m.

@@ -275,7 +275,8 @@ type gapsData struct {
 	StreamLink  string
 	Reason      string
 	Filled      bool
-	Gaps        []store.Entry
+	Gaps        []gapRow
+	Span        int // the most numbers searched for the commits of the gaps' operations
 	Next        string
 	Streams     []gapStream // without a stream: the streams and their open gaps
 	NextStreams string
@@ -314,20 +315,110 @@ func (h *Handler) gapsPage(ctx context.Context, r *http.Request, now time.Time) 
 	if err != nil {
 		return "", nil, err
 	}
-	if _, err := h.cfg.Store.Stats(ctx, name); err != nil {
+	st, err := h.cfg.Store.Stats(ctx, name)
+	if err != nil {
 		return "", nil, err // 404 for an unknown stream
 	}
 	gs, err := h.cfg.Store.ListGaps(ctx, name, &store.ListGapsParams{After: after, Limit: limit + 1, Reason: reason, IncludeFilled: filled})
 	if err != nil {
 		return "", nil, err
 	}
-	d := gapsData{Stream: name, StreamLink: link("stream", "name", name), Reason: reason, Filled: filled, Gaps: gs}
+	d := gapsData{Stream: name, StreamLink: link("stream", "name", name), Reason: reason, Filled: filled, Span: store.MaxFindSpan}
 	if len(gs) > limit {
-		d.Gaps = gs[:limit]
+		gs = gs[:limit]
 		d.Next = link("gaps", "stream", name, "after", itoa(gs[limit-1].Number), "limit", q.Get("limit"),
 			"reason", reason, "filled", q.Get("filled"))
 	}
+	if d.Gaps, err = h.gapRows(ctx, st, gs); err != nil {
+		return "", nil, err
+	}
 	return "gaps", d, nil
+}
+
+// Where the work of a gap went, as the gaps page says (gapRow.Work).
+const (
+	workRecovered = "recovered" // recovery moved it: RecoveredAs
+	workAgain     = "again"     // its operation was committed under a later number
+	workFilled    = "filled"    // an operator filled the gap
+	workLost      = "lost"      // no later number of the stream committed its operation
+	workUntraced  = "untraced"  // no operation id to look for
+	workNotFound  = "not-found" // not committed up to Searched, the last number looked at
+	workBeyond    = "beyond"    // beyond the numbers searched for the page
+)
+
+// gapRow is a gap on the gaps page, with where its work went.
+type gapRow struct {
+	store.Entry
+	Work     string // one of the work* constants
+	WentTo   int64  // the number the work went to (recovered, again)
+	WentLink string // the stream page at WentTo
+	Searched int64  // for workNotFound: the last number searched
+	Fill     string // the fill action's confirmation page; empty when filling would apply work twice
+}
+
+// gapRows says where the work of each of gs went. A gap whose work
+// recovery did not move may still have been delivered again by the
+// application under the same operation id: the store is searched for a
+// later commit of it (store.CommitFinder), from the first such gap over at
+// most store.MaxFindSpan numbers, in one call. "Lost" only when the search
+// reached the stream's end.
+func (h *Handler) gapRows(ctx context.Context, st store.StreamStats, gs []store.Entry) ([]gapRow, error) {
+	rows := make([]gapRow, len(gs))
+	var ops []string
+	var lo int64
+	for i, g := range gs {
+		r := gapRow{Entry: g}
+		switch {
+		case g.RecoveredAs != 0:
+			r.Work, r.WentTo = workRecovered, g.RecoveredAs
+		case !g.FilledAt.IsZero():
+			r.Work = workFilled
+		case g.OperationID == "":
+			r.Work = workUntraced
+		default:
+			r.Work = workLost // unless the search below finds it
+			if len(ops) == 0 {
+				lo = g.Number
+			}
+			if !slices.Contains(ops, g.OperationID) {
+				ops = append(ops, g.OperationID)
+			}
+		}
+		rows[i] = r
+	}
+	end := st.NextNumber - 1
+	hi := min(end, lo+store.MaxFindSpan)
+	var found []store.Entry
+	cf, ok := h.cfg.Store.(store.CommitFinder)
+	if len(ops) > 0 && ok && hi > lo {
+		var err error
+		if found, err = cf.FindCommitted(ctx, st.Stream, &store.FindCommittedParams{Operations: ops, After: lo, Through: hi}); err != nil {
+			return nil, err
+		}
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Work == workLost {
+			j := slices.IndexFunc(found, func(e store.Entry) bool { return e.Number > r.Number && e.OperationID == r.OperationID })
+			switch {
+			case j >= 0:
+				r.Work, r.WentTo = workAgain, found[j].Number
+			case !ok:
+				r.Work = workUntraced
+			case r.Number >= hi && hi < end:
+				r.Work = workBeyond
+			case hi < end:
+				r.Work, r.Searched = workNotFound, hi
+			}
+		}
+		if r.WentTo != 0 {
+			r.WentLink = link("stream", "name", st.Stream, "after", itoa(max(r.WentTo-DefaultSpan/4, 0))) + "#n" + itoa(r.WentTo)
+		}
+		if h.act != nil && r.State == store.Gap && r.Work != workRecovered && r.Work != workAgain {
+			r.Fill = link(actFillGap, "stream", st.Stream, "number", itoa(r.Number))
+		}
+	}
+	return rows, nil
 }
 
 func (h *Handler) gapStreams(ctx context.Context, r *http.Request, limit int) (string, any, error) {
