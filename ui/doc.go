@@ -15,7 +15,9 @@
 //	/            all streams: next number, watermark, lag (handed out
 //	             beyond the watermark), in flight, expired leases, the
 //	             oldest unresolved number and its age, open gaps, and the
-//	             throughput over the last ChartWindow as a bar chart
+//	             throughput over the last ChartWindow as a bar chart;
+//	             above them, whether the cleanup loop of this process
+//	             runs and when its last full pass ended (Config.Cleanup)
 //	/stream      one stream (name): its figures and a timeline of the
 //	             numbers around the watermark, each committed, leased,
 //	             expired, a gap or filled, with its holder, expiry, gap

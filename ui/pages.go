@@ -9,9 +9,11 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/seqlease/seqlease/health"
 	"github.com/seqlease/seqlease/store"
 )
 
@@ -56,6 +58,61 @@ type streamsData struct {
 	Rows        []streamRow
 	Next        string // the next page's link; empty on the last page
 	ChartWindow time.Duration
+	Cleanup     cleanupView
+}
+
+// cleanupView is what the streams page says of the cleanup loop.
+type cleanupView struct {
+	Text string
+	Bad  bool // stopped, not started, stale or failing
+}
+
+// cleanupStatus describes Config.Cleanup's status at now, by the
+// process's clock (the loop's own): whether it runs, its interval, and
+// when its last full pass ended, as the health package's cleanup check
+// judges it. The error of a failed cycle is not shown: store errors go to
+// logs, not to pages.
+func (h *Handler) cleanupStatus(now time.Time) cleanupView {
+	if h.cfg.Cleanup == nil {
+		return cleanupView{Text: "not known here: no cleanup loop runs in this process (ui.Config.Cleanup), " +
+			"and the store keeps no record of other processes' loops; their health checks report them."}
+	}
+	st := h.cfg.Cleanup.Status()
+	stale := health.DefaultCleanupStaleIntervals * st.Interval
+	var b strings.Builder
+	v := cleanupView{}
+	switch {
+	case st.Running:
+		fmt.Fprintf(&b, "running, every %s", dur(st.Interval))
+	case st.Started.IsZero():
+		v.Bad = true
+		b.WriteString("not started: expired leases are not resolved, and their streams wait")
+	default:
+		v.Bad = true
+		b.WriteString("stopped: expired leases are not resolved, and their streams wait")
+	}
+	switch age := now.Sub(st.LastPass); {
+	case !st.LastPass.IsZero() && (age <= stale || !st.Running):
+		fmt.Fprintf(&b, "; last full pass %s ago (%s by this process's clock)", dur(age), stamp(st.LastPass))
+	case !st.LastPass.IsZero():
+		v.Bad = true
+		fmt.Fprintf(&b, "; no full pass for %s (max %s; the last at %s)", dur(age), dur(stale), stamp(st.LastPass))
+	case st.Running && now.Sub(st.Started) <= stale:
+		fmt.Fprintf(&b, "; started %s ago, no full pass yet", dur(now.Sub(st.Started)))
+	case st.Running:
+		v.Bad = true
+		fmt.Fprintf(&b, "; no full pass in the %s since its start (max %s)", dur(now.Sub(st.Started)), dur(stale))
+	}
+	if st.LastPassFailed > 0 {
+		v.Bad = true
+		fmt.Fprintf(&b, "; %d recoveries failed in it (tried again next cycle)", st.LastPassFailed)
+	}
+	if st.Failures > 0 {
+		v.Bad = true
+		fmt.Fprintf(&b, "; the last %d cycles could not list the expired leases (the error is in the application's log)", st.Failures)
+	}
+	v.Text = b.String() + "."
+	return v
 }
 
 // streamsPage lists a page of streams (after, limit) with their figures.
@@ -72,7 +129,7 @@ func (h *Handler) streamsPage(ctx context.Context, r *http.Request, now time.Tim
 	if err != nil {
 		return "", nil, err
 	}
-	d := streamsData{ChartWindow: h.cfg.ChartWindow}
+	d := streamsData{ChartWindow: h.cfg.ChartWindow, Cleanup: h.cleanupStatus(time.Now())}
 	if len(names) > limit {
 		names = names[:limit]
 		d.Next = link("./", "after", names[limit-1], "limit", r.URL.Query().Get("limit"))

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seqlease/seqlease/cleanup"
 	"github.com/seqlease/seqlease/gap"
 	"github.com/seqlease/seqlease/store"
 )
@@ -54,6 +55,12 @@ type LeaseSource interface {
 // watermarks: *postgres.Store and *memory.Store.
 type CheckpointSource interface {
 	ListCheckpoints(ctx context.Context, p *store.ListCheckpointsParams) ([]store.Checkpoint, error)
+}
+
+// Cleaner tells whether a cleanup loop runs and what its last full pass
+// came to: a *cleanup.Service (Config.Cleanup).
+type Cleaner interface {
+	Status() cleanup.Status
 }
 
 // Source is everything the pages read. Both backends satisfy it.
@@ -134,6 +141,14 @@ type Config struct {
 	// (DNS rebinding) and read the answers. IPv6 addresses without
 	// brackets.
 	AllowedHosts []string
+	// Cleanup is the cleanup loop of this process (a *cleanup.Service),
+	// when the handler runs in the application that runs it: the streams
+	// page shows whether it runs, its interval and when its last full
+	// pass ended, marked when none ended for
+	// health.DefaultCleanupStaleIntervals intervals. Default (nil): the
+	// page says the loop is not known here (the store keeps no record of
+	// the loops of other processes: their health checks report them).
+	Cleanup Cleaner
 	// Actions turns on the actions (force-release, resolve expired entries,
 	// fill a gap) for the operators its Authenticate names; nil (the
 	// default) leaves the interface read-only: no action form, and every
