@@ -47,7 +47,7 @@ func init() {
 		{"hooks", "", "durable hooks of the cleanup loop not yet delivered", helpHooks, (*cli).hooks},
 		{"readers", "[-reader R] [-stream S]", "every reader's checkpoint with its lag", helpReaders, (*cli).readers},
 		{"delete-checkpoint", "-reader R -stream S", "remove a reader's checkpoint", helpDeleteCheckpoint, (*cli).deleteCheckpoint},
-		{"serve", "[-addr HOST:PORT] [-allow-host NAME]... [-refresh D]", "the read-only web interface: streams, gaps, leases, readers, live", helpServe, (*cli).serve},
+		{"serve", "[-addr HOST:PORT] [-allow-host NAME]... [-refresh D] [-operators FILE]", "the web interface: streams, gaps, leases, readers, live; actions for -operators", helpServe, (*cli).serve},
 		{"config", "get [KEY] | set KEY VALUE [-by WHO] | unset KEY", "read and change the settings table: defaults the whole fleet follows", helpConfig, (*cli).config},
 		{"version", "", "the binary's module version, and the schema's migration version", helpVersion, (*cli).version},
 	}

@@ -45,8 +45,9 @@
 //	hooks                    durable hooks not yet delivered: pending, failing, oldest
 //	readers                  every reader's checkpoint with its lag (-reader R, -stream S)
 //	delete-checkpoint        remove a reader's checkpoint (-reader R -stream S)
-//	serve                    the read-only web interface on -addr (default 127.0.0.1:8080):
-//	                         streams, one stream's numbers, gaps, named leases, readers, live
+//	serve                    the web interface on -addr (default 127.0.0.1:8080): streams, one
+//	                         stream's numbers, gaps, named leases, readers, live; read-only, or
+//	                         with actions for the operators of -operators FILE (HTTP Basic)
 //	version                  the binary's module version and the schema's migration version
 //	help [COMMAND]           the usage, or a command's (as seqlease COMMAND -h)
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -14,14 +15,25 @@ import (
 )
 
 const helpServe = `
-Serves the read-only web interface (package ui) on -addr until
-interrupted: every stream with its watermark, lag, expired leases, oldest
-unresolved number and throughput; one stream's numbers around its
-watermark; gaps with their reasons; named leases with their history;
-readers with their lag. Pages refresh themselves every -refresh where
-JavaScript runs and work without it. It only reads, and has no
-authentication: the default address answers this machine only; bind
-another (e.g. -addr :8080) only behind something that authenticates.
+Serves the web interface (package ui) on -addr until interrupted: every
+stream with its watermark, lag, expired leases, oldest unresolved number
+and throughput; one stream's numbers around its watermark; gaps with
+their reasons; named leases with their history; readers with their lag;
+parked work. Pages refresh themselves every -refresh where JavaScript
+runs and work without it.
+
+Without -operators it only reads, and has no authentication: the default
+address answers this machine only; bind another (e.g. -addr :8080) only
+behind something that authenticates. With -operators FILE every request
+needs HTTP Basic authentication as one of the file's operators, and the
+actions are on (force-release a named lease, resolve a stream's expired
+entries, fill a gap, unpark or give up a parked entry), each confirmed
+with a reason and recorded with the operator's name. FILE holds one
+NAME:TOKEN per line (# comments), readable by its owner only; each token
+at least 32 random characters (openssl rand -base64 32). A malformed or
+weak file is refused, and nothing is served. HTTP carries the tokens in
+clear text: beyond this machine, put a TLS proxy in front.
+
 It answers requests for localhost, 127.0.0.1, [::1] and the host of
 -addr only (others get 403), so that a web page cannot read it through a
 name of its own pointed at this machine (DNS rebinding); -allow-host
@@ -65,6 +77,7 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	fs := c.flags("serve")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address, host:port (port 0: any free port)")
 	refresh := fs.Duration("refresh", ui.DefaultRefresh, "how often the pages refresh where JavaScript runs (0: never)")
+	opsFile := fs.String("operators", "", "a file of operators (NAME:TOKEN lines, mode 600): HTTP Basic authentication for every request, and the actions on")
 	var hosts []string
 	fs.Func("allow-host", "a host name or IP address the interface also answers for (repeatable)", func(v string) error {
 		hosts = append(hosts, v)
@@ -79,6 +92,13 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if *refresh == 0 {
 		*refresh = -1 // ui.Config: negative turns it off
 	}
+	var ops *operators
+	if *opsFile != "" {
+		var err error
+		if ops, err = loadOperators(*opsFile); err != nil {
+			return usagef("serve: -operators: %v", err)
+		}
+	}
 	if err := c.connect(ctx); err != nil {
 		return err
 	}
@@ -86,20 +106,39 @@ func (c *cli) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	h, err := ui.New(&ui.Config{Store: c.store, Refresh: *refresh, AllowedHosts: serveHosts(*addr, ln.Addr(), hosts)})
+	// The log holds the store errors a page refers to (ref=...) and the
+	// record of every action.
+	cfg := &ui.Config{Store: c.store, Refresh: *refresh, AllowedHosts: serveHosts(*addr, ln.Addr(), hosts),
+		Logger: slog.New(slog.NewTextHandler(c.errOut, nil))}
+	mode := "read-only"
+	if ops != nil {
+		// The forms' tokens are keyed by a secret drawn by ui.New: they
+		// do not outlive the process.
+		cfg.Actions = &ui.ActionsConfig{Authenticate: ops.authenticate}
+		mode = "actions on for the operators of " + *opsFile
+	}
+	uh, err := ui.New(cfg)
 	if err != nil {
 		ln.Close()
 		return usagef("serve: -allow-host: %v", err)
 	}
+	var h http.Handler = uh
+	if ops != nil {
+		h = ops.require(uh)
+	}
 	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
-		fmt.Fprintf(c.errOut, "seqlease: serve: %s answers other machines, without authentication "+
-			"(and only for the names localhost, 127.0.0.1, ::1 and -allow-host ones)\n", ln.Addr())
+		how := "without authentication"
+		if ops != nil {
+			how = "with the operators' tokens in clear text (HTTP: put a TLS proxy in front)"
+		}
+		fmt.Fprintf(c.errOut, "seqlease: serve: %s answers other machines, %s "+
+			"(and only for the names localhost, 127.0.0.1, ::1 and -allow-host ones)\n", ln.Addr(), how)
 	}
 	url := serveURL(ln.Addr().(*net.TCPAddr))
 	if c.json {
 		err = json.NewEncoder(c.out).Encode(serveRow{url}) // one line, as watch prints
 	} else {
-		_, err = fmt.Fprintf(c.out, "serving the seqlease web interface on %s (read-only; interrupt to stop)\n", url)
+		_, err = fmt.Fprintf(c.out, "serving the seqlease web interface on %s (%s; interrupt to stop)\n", url, mode)
 	}
 	if err != nil {
 		ln.Close()

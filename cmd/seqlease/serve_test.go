@@ -4,8 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"html"
 	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -177,4 +182,128 @@ func TestServeRefusals(t *testing.T) {
 	code, out, _ := seqlease(t, "serve", "-h")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `(default "127.0.0.1:8080")`)
+}
+
+// operatorToken is a token strong enough for an operators file.
+const operatorToken = "k3J9xQ2mV7pL0sT4wY8zB1nC6dF5gH-_"
+
+// writeOperators writes an operators file with mode perm and returns its
+// path.
+func writeOperators(t *testing.T, content string, perm os.FileMode) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "operators")
+	require.NoError(t, os.WriteFile(path, []byte(content), perm))
+	require.NoError(t, os.Chmod(path, perm)) // whatever the umask
+	return path
+}
+
+// TestServeOperators runs serve with an operators file: every request
+// needs an operator's HTTP Basic credentials; an operator force-releases
+// a named lease through the confirmation form, and the history records
+// them; the same POST without credentials, or with a wrong token, is
+// refused and changes nothing.
+func TestServeOperators(t *testing.T) {
+	t.Parallel()
+	s, schema := serveSchema(t)
+	ctx := t.Context()
+	_, err := s.AcquireLease(ctx, "job", "agent-1", &store.AcquireLeaseParams{TTL: time.Hour})
+	require.NoError(t, err)
+	path := writeOperators(t, "# who may act\nana:"+operatorToken+"\n\nbob:"+strings.ToUpper(operatorToken)+"x\n", 0o600)
+	sv := startServe(t, schema, "-addr", "127.0.0.1:0", "-operators", path)
+
+	send := func(method, target string, body url.Values, user, token string) (*http.Response, string) {
+		t.Helper()
+		var rd io.Reader
+		if body != nil {
+			rd = strings.NewReader(body.Encode())
+		}
+		req, err := http.NewRequestWithContext(ctx, method, sv.url+target, rd)
+		require.NoError(t, err)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		if user != "" {
+			req.SetBasicAuth(user, token)
+		}
+		res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res, string(b)
+	}
+
+	for _, c := range []struct{ user, token string }{{"", ""}, {"ana", "wrong"}, {"eve", operatorToken}, {"ana", operatorToken + "x"}} {
+		res, _ := send(http.MethodGet, "", nil, c.user, c.token)
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode, "%+v", c)
+		require.Contains(t, res.Header.Get("WWW-Authenticate"), `Basic realm="seqlease"`)
+	}
+	res, body := send(http.MethodGet, "lease?name=job", nil, "ana", operatorToken)
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	require.Contains(t, body, `id="force-release"`, "the actions are on")
+
+	res, body = send(http.MethodGet, "force-release?name=job", nil, "ana", operatorToken)
+	require.Equal(t, http.StatusOK, res.StatusCode, body)
+	require.Contains(t, body, `Acting as <span class="owner">ana</span>`)
+	form := url.Values{"reason": {"agent-1 is stuck"}}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]*)" value="([^"]*)">`).FindAllStringSubmatch(body, -1) {
+		form.Set(m[1], html.UnescapeString(m[2]))
+	}
+	require.NotEmpty(t, form.Get("token"))
+
+	for _, c := range []struct{ user, token string }{{"", ""}, {"ana", "wrong"}} {
+		res, _ = send(http.MethodPost, "actions/force-release", form, c.user, c.token)
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode, "%+v", c)
+	}
+	res, _ = send(http.MethodPost, "actions/force-release", form, "bob", strings.ToUpper(operatorToken)+"x")
+	require.Equal(t, http.StatusForbidden, res.StatusCode, "a token drawn for ana")
+	l, err := s.GetLease(ctx, "job", nil)
+	require.NoError(t, err)
+	require.True(t, l.Held(), "a refused action changed nothing")
+
+	res, body = send(http.MethodPost, "actions/force-release", form, "ana", operatorToken)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
+	l, err = s.GetLease(ctx, "job", nil)
+	require.NoError(t, err)
+	require.False(t, l.Held())
+	evs, err := s.LeaseHistory(ctx, "job", &store.LeaseHistoryParams{Newest: true, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, "ana", evs[0].Actor)
+	require.Equal(t, "agent-1 is stuck", evs[0].Comment)
+
+	sv.stop(t)
+	require.Contains(t, sv.errOut.String(), `msg="ui: action" action=force-release actor=ana`)
+}
+
+// TestServeOperatorsRefused: a malformed or weak operators file is
+// refused, naming the file, and nothing is served.
+func TestServeOperatorsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		content string
+		perm    os.FileMode
+		want    string
+	}{
+		{"ana:" + operatorToken + "\n", 0o644, "chmod 600"},
+		{"ana:" + operatorToken + "\n", 0o640, "readable by others than its owner"},
+		{"ana " + operatorToken + "\n", 0o600, ":1: want NAME:TOKEN"},
+		{"ana:short\n", 0o600, "is 5 characters, want at least 32"},
+		{"ana:" + strings.Repeat("ab", 20) + "\n", 0o600, "2 distinct characters"},
+		{"ana:" + operatorToken + " x\n", 0o600, "spaces or control characters"},
+		{"ana:" + operatorToken + "\nana:" + operatorToken + "\n", 0o600, `:2: operator "ana" is given twice`},
+		{":" + operatorToken + "\n", 0o600, "operator name"},
+		{"an\x1ba:" + operatorToken + "\n", 0o600, "operator name"},
+		{"# nobody\n\n", 0o600, "names no operator"},
+	} {
+		path := writeOperators(t, c.content, c.perm)
+		code, out, errOut := seqlease(t, "serve", "-addr", "127.0.0.1:0", "-operators", path)
+		require.Equal(t, 2, code, "%q: %s", c.content, errOut)
+		require.Empty(t, out, "nothing is served")
+		require.Contains(t, errOut, path)
+		require.Contains(t, errOut, c.want, "%q", c.content)
+		require.NotContains(t, errOut, operatorToken, "the error does not repeat a token")
+	}
+	code, _, errOut := seqlease(t, "serve", "-operators", filepath.Join(t.TempDir(), "missing"))
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "no such file")
 }
