@@ -73,10 +73,16 @@ func TestBrowser(t *testing.T) {
 	ctx := t.Context()
 	entries := seed(t, st)
 
+	// The cleanup loop of this process, whose passes the streams page
+	// shows: the test runs them (RunOnce); the loop is never started.
+	cl, err := cleanup.New(st, nil)
+	require.NoError(t, err)
+	t.Cleanup(cl.Stop)
 	actions := &syncBuffer{} // the handler's log: the record of every action
 	h, err := ui.New(&ui.Config{
 		Store:   st,
 		Refresh: refresh,
+		Cleanup: cl,
 		Logger:  slog.New(slog.NewTextHandler(actions, nil)),
 		Actions: &ui.ActionsConfig{
 			Authenticate: func(*http.Request) (string, error) { return operator, nil },
@@ -104,6 +110,8 @@ func TestBrowser(t *testing.T) {
 	row := b.waitRow(stalling, `r.expired === "1" && r.stalled && r.oldest.startsWith("3 ")`)
 	require.Equal(t, "2", row.Watermark, "the expired lease holds the watermark")
 	require.Equal(t, "6", row.Next)
+	b.waitFor(`(() => { const c = document.getElementById("cleanup");
+		return c && c.classList.contains("bad") && c.textContent.includes("not started") && !c.textContent.includes("last full pass"); })()`)
 	b.requireSamePage()
 	b.screenshot("streams")
 
@@ -117,16 +125,15 @@ func TestBrowser(t *testing.T) {
 	b.markPage()
 	b.waitRow(stalling, `r.expired === "1" && r.stalled`)
 
-	// A cleanup pass declares 3 a gap: the page shows the stream recover.
-	cl, err := cleanup.New(st, nil)
-	require.NoError(t, err)
-	t.Cleanup(cl.Stop)
+	// A cleanup pass declares 3 a gap: the page shows the stream recover,
+	// and the pass.
 	res, err := cl.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Expired)
 	row = b.waitRow(stalling, `r.watermark === "5" && r.expired === "0" && r.inFlight === "0" && !r.stalled`)
 	require.Equal(t, "1", row.Gaps)
 	require.Equal(t, "-", row.Oldest)
+	b.waitFor(`document.getElementById("cleanup").textContent.includes("last full pass")`)
 	b.requireSamePage()
 
 	// The open gap, through the streams page's link.
@@ -141,7 +148,8 @@ func TestBrowser(t *testing.T) {
 		return r && r.querySelector("td.owner").textContent === "` + leaseHold + `"; })()`)
 	b.screenshot("leases")
 	b.follow(http.StatusOK, clickIn(`document.querySelector("table.leases tbody tr td.name a")`))
-	b.waitFor(`(() => document.querySelectorAll("table.history tbody tr").length === 2)()`)
+	b.waitFor(`(() => { const rows = document.querySelectorAll("table.history tbody tr");
+		return rows.length === 2 && rows[0].cells[1].textContent === "renewed" && rows[1].cells[1].textContent === "acquired"; })()`) // newest first
 	b.screenshot("lease")
 
 	// The reader, behind its stream's new watermark.
@@ -165,6 +173,7 @@ func TestBrowser(t *testing.T) {
 		return err
 	}))
 	b.follow(http.StatusForbidden, chromedp.Click(chromedp.ID("confirm")))
+	b.waitStyled() // the refusal, at actions/force-release, links its stylesheet one level up
 	l, err := st.GetLease(ctx, leaseName, nil)
 	require.NoError(t, err)
 	require.True(t, l.Held(), "a refused action changed the lease: %+v", l)
@@ -187,6 +196,13 @@ func TestBrowser(t *testing.T) {
 	require.Contains(t, log, `outcome=done`)
 	require.Contains(t, log, `actor=`+operator)
 	require.Contains(t, log, `reason="`+forceReason+`"`)
+
+	// A 404 below a sub-path is styled, and its navigation works.
+	b.follow(http.StatusNotFound, chromedp.Navigate(srv.URL+prefix+"leases/"))
+	b.waitStyled()
+	b.follow(http.StatusOK, chromedp.Click(chromedp.CSS(`nav a[href="../leases"]`)))
+	b.waitFor(`(() => { const h = document.querySelector("main h1"); return h && h.textContent === "Named leases"; })()`)
+	b.waitStyled()
 
 	// An entry whose recovery failed three times is parked: the parked
 	// page, through the nav link, lists it with its last error.
@@ -401,6 +417,14 @@ func contextGone(err error) bool {
 func (b *browser) waitLive() {
 	b.t.Helper()
 	b.waitFor(`(() => { const l = document.getElementById("live"); return l && !l.hidden; })()`)
+}
+
+// waitStyled waits until the page's stylesheet applies (its header is a
+// flex box): a stylesheet link that resolves wrong loads a 404 page,
+// which the browser refuses as a stylesheet.
+func (b *browser) waitStyled() {
+	b.t.Helper()
+	b.waitFor(`(() => { const h = document.querySelector("header"); return h && getComputedStyle(h).display === "flex"; })()`)
 }
 
 // markPage marks the page's window; requireSamePage checks the mark is

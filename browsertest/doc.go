@@ -18,15 +18,19 @@
 // application would, and opens the streams page. It leases numbers on a
 // stream and commits all but one, then lets that one's lease expire: the
 // page, refreshed by its own script (the test never reloads it), marks the
-// stream stalled with one expired lease holding the watermark. A cleanup
-// pass (cleanup.Service.RunOnce) declares the number a gap and the page
-// shows the stream recover: the watermark moves past it, nothing expired.
-// It then follows the links to every other page, and force-releases a named
-// lease as an operator (the handler's actions on, Authenticate naming the
+// stream stalled with one expired lease holding the watermark, and the
+// cleanup loop (Config.Cleanup) not started. A cleanup pass
+// (cleanup.Service.RunOnce) declares the number a gap and the page shows
+// the stream recover: the watermark moves past it, nothing expired, and
+// the pass is shown. It then follows the links to every other page (a
+// named lease's history newest first), and force-releases a named lease
+// as an operator (the handler's actions on, Authenticate naming the
 // operator): the confirmation page's form with its CSRF token altered in
-// the page is refused with 403 and the lease stays held; the form as
-// served, with a reason typed in, releases it, and the test checks the
-// store, the page's result box and the handler's log record. Every wait is a
+// the page is refused with 403, on a page whose stylesheet applies, and
+// the lease stays held; the form as served, with a reason typed in,
+// releases it, and the test checks the store, the page's result box and
+// the handler's log record. A 404 below a sub-path is styled too, and its
+// navigation leads back. Every wait is a
 // condition on the DOM (chromedp.Poll), never a sleep, bounded by
 // waitTimeout (generous: the machines are small and shared). One browser
 // serves the whole run.
