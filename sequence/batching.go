@@ -202,7 +202,7 @@ func (l *Leaser) commitOrphans(_ context.Context, groups []*group, res []groupRe
 		}
 		for j, it := range g.items {
 			if res[i].res[j].Err == nil {
-				it.lease.resolved(ErrCommitted)
+				it.lease.committed(it.payload)
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"runtime"
 	"sync"
 	"time"
@@ -74,7 +75,7 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn txFunc) (e
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
 	}
-	if done, err := x.resolvedLocally(); done {
+	if done, err := x.resolvedLocally(payload); done {
 		return err
 	}
 	ctx, end := l.observer.StartCommit(ctx, x.stream, x.kind, x.number, true)
@@ -120,7 +121,7 @@ func (x *Lease) commitOrdered(ctx context.Context, payload []byte, fn txFunc) (e
 		case errors.Is(err, errRequeue):
 			continue
 		case errors.Is(err, errOver):
-			if done, err := x.resolvedLocally(); done {
+			if done, err := x.resolvedLocally(payload); done {
 				return err
 			}
 			return x.commitOver(ctx, payload, fn)
@@ -163,7 +164,7 @@ func (x *Lease) commitAlone(ctx context.Context, payload []byte, fn txFunc) erro
 		withdraw()
 		switch {
 		case errors.Is(err, errOver):
-			if done, err := x.resolvedLocally(); done {
+			if done, err := x.resolvedLocally(payload); done {
 				return err
 			}
 			return x.commitOver(ctx, payload, fn)
@@ -180,7 +181,7 @@ func (x *Lease) commitAlone(ctx context.Context, payload []byte, fn txFunc) erro
 		}
 		switch {
 		case err == nil:
-			x.resolved(ErrCommitted)
+			x.committed(payload)
 			return nil
 		case errors.Is(err, store.ErrNotReady):
 			continue // the barrier heard of a resolution the store no longer shows: wait again
@@ -321,16 +322,34 @@ func (d *deadlines) fire() {
 }
 
 // resolvedLocally reports whether this handle already resolved the number,
-// and what a Commit then returns: nil after a commit, an error after a
-// release.
-func (x *Lease) resolvedLocally() (bool, error) {
+// and what a Commit of payload then returns: nil after a commit of the same
+// payload (a retry), ErrPayloadMismatch after a commit of another, an
+// error after a release.
+func (x *Lease) resolvedLocally(payload []byte) (bool, error) {
 	switch err := x.Err(); {
 	case errors.Is(err, ErrCommitted):
+		if x.sum.Load() != payloadSum(payload) {
+			return true, fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, ErrPayloadMismatch)
+		}
 		return true, nil
 	case errors.Is(err, ErrReleased):
 		return true, fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)
 	}
 	return false, nil
+}
+
+// payloadSeed seeds payloadSum.
+var payloadSeed = maphash.MakeSeed()
+
+// payloadSum is what a handle keeps of the payload it committed, to tell a
+// retry from a commit of another payload without holding the payload: a
+// 64-bit hash, equal for nil and empty.
+func payloadSum(payload []byte) uint64 { return maphash.Bytes(payloadSeed, payload) }
+
+// committed records that this handle committed the number with payload.
+func (x *Lease) committed(payload []byte) {
+	x.sum.Store(payloadSum(payload)) // before the lease ends: whoever sees it committed sees the sum
+	x.resolved(ErrCommitted)
 }
 
 // commitOver is the commit of a lease that is over by the holder's local
@@ -342,7 +361,7 @@ func (x *Lease) commitOver(ctx context.Context, payload []byte, fn txFunc) error
 	err := x.leaser.commitOne(ctx, &commitItem{lease: x, payload: payload, fn: fn, ordered: true})
 	switch {
 	case err == nil:
-		x.resolved(ErrCommitted)
+		x.committed(payload)
 		return nil
 	case errors.Is(err, store.ErrNotReady):
 		return fmt.Errorf("sequence: commit %s/%d: %w while waiting for earlier numbers", x.stream, x.number, ErrExpired)
@@ -435,7 +454,7 @@ func (c *committer) lead(ctx context.Context, l *Leaser, it *commitItem) {
 			// lease, which reports whether this attempt took effect (I7).
 			m.err = fmt.Errorf("sequence: commit %s/%d: %w", x.stream, m.lease.number, r.err)
 		case r.res[i].Err == nil:
-			m.lease.resolved(ErrCommitted)
+			m.lease.committed(m.payload)
 		case errors.Is(r.res[i].Err, store.ErrNotReady) && i > 0:
 			m.err = errRequeue // an earlier item of the group failed: wait again
 		default:

@@ -92,5 +92,8 @@
 // names, durations out of range, oversized payloads, zero tokens) matches
 // ErrInvalidArgument and changes nothing. Commit and Release are idempotent
 // for their holder: after a lost connection, retry the same call on the same
-// handle and it reports whether the first attempt took effect.
+// handle and it reports whether the first attempt took effect. The same
+// call means the same payload: a commit repeated with another payload than
+// the one committed is a caller's bug, and fails with ErrPayloadMismatch,
+// changing nothing.
 package sequence

@@ -13,6 +13,7 @@ var (
 	ErrExpired         = store.ErrExpired         // the lease expired by the database clock
 	ErrReleased        = store.ErrReleased        // the lease was released
 	ErrCommitted       = store.ErrCommitted       // the entry is already committed
+	ErrPayloadMismatch = store.ErrPayloadMismatch // a commit repeated with another payload than the one committed
 	ErrGap             = store.ErrGap             // the entry was resolved as a gap
 	ErrTokenMismatch   = store.ErrTokenMismatch   // the token does not hold the lease
 	ErrNotFound        = store.ErrNotFound        // the number was never handed out

@@ -37,8 +37,9 @@ type Lease struct {
 	keepAlive     *keepAlive
 	renewErr      error // the keep-alive's last failed renewal, if any
 
-	committing atomic.Bool // an ungrouped Commit of this handle runs (commitAlone)
-	waitIndex  int32       // its place among its stream's deadlines while it waits; guarded by their mu
+	committing atomic.Bool   // an ungrouped Commit of this handle runs (commitAlone)
+	sum        atomic.Uint64 // payloadSum of the payload this handle committed
+	waitIndex  int32         // its place among its stream's deadlines while it waits; guarded by their mu
 
 	// ended holds why the lease is over, nil while it is held; it is set
 	// once, under mu, before lost closes. lost is made on first use (most
@@ -265,10 +266,13 @@ func (x *Lease) finish(cause error) {
 // waits), ErrReleased after Release, ErrPayloadTooLarge above
 // Config.MaxPayload, ErrCommitInProgress while another Commit of the same
 // handle runs, and the context's error if ctx ends while it waits.
-// Calling it again after it succeeded, or after an error whose outcome is
-// unknown (a lost connection), reports success exactly when the number is
-// committed with this lease's token (I7), also once the lease is over by the
-// local estimate: then the database is asked, and it decides.
+// Calling it again with the same payload after it succeeded, or after an
+// error whose outcome is unknown (a lost connection), reports success
+// exactly when the number is committed with this lease's token (I7), also
+// once the lease is over by the local estimate: then the database is asked,
+// and it decides. Calling it again with another payload once the number is
+// committed fails with ErrPayloadMismatch and changes nothing: the entry
+// keeps the payload it was committed with.
 func (x *Lease) Commit(ctx context.Context, payload []byte) error {
 	if err := x.checkPayload(payload); err != nil {
 		return err
@@ -328,7 +332,7 @@ func (x *Lease) Complete(ctx context.Context, payload []byte) error {
 	if err := x.checkPayload(payload); err != nil {
 		return err
 	}
-	if done, err := x.resolvedLocally(); done {
+	if done, err := x.resolvedLocally(payload); done {
 		return err // a repeat: same outcome, nothing written, nothing counted
 	}
 	l := x.leaser
@@ -347,7 +351,7 @@ func (x *Lease) Complete(ctx context.Context, payload []byte) error {
 	if err != nil {
 		return fmt.Errorf("sequence: %s/%d: %w", x.stream, x.number, err)
 	}
-	x.resolved(ErrCommitted)
+	x.committed(payload)
 	return nil
 }
 

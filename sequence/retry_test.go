@@ -364,3 +364,94 @@ func TestCommitRacesGapDeclaration(t *testing.T) {
 		})
 	}
 }
+
+// TestCommitAgainWithAnotherPayload commits a number, then commits it again
+// with another payload, through every path: on the handle that knows it
+// committed (Commit, Complete, CommitTx) and after a lost reply, where the
+// store decides. Another payload fails with ErrPayloadMismatch and changes
+// nothing; the same payload (nil and empty are the same) reports success.
+func TestCommitAgainWithAnotherPayload(t *testing.T) {
+	t.Parallel()
+	for name, s := range realBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ls := &lostReplyStore{fullStore: s, after: true}
+			l, _ := leaserOn(t, ls, sequence.Config{})
+			const stream = "again"
+			commits := map[string]func(*sequence.Lease, []byte) error{
+				"Commit":   func(x *sequence.Lease, p []byte) error { return x.Commit(ctx, p) },
+				"Complete": func(x *sequence.Lease, p []byte) error { return x.Complete(ctx, p) },
+			}
+			want := map[int64][]byte{}
+			for _, first := range []string{"Commit", "Complete"} {
+				for _, lost := range []bool{false, true} {
+					x, err := l.Lease(ctx, stream, &sequence.LeaseOpts{TTL: time.Minute})
+					require.NoError(t, err)
+					if lost {
+						ls.lose.Store(1)
+						require.ErrorIs(t, commits[first](x, []byte("first")), errConnReset)
+					} else {
+						require.NoError(t, commits[first](x, []byte("first")))
+					}
+					want[x.Number()] = []byte("first")
+					for again, commit := range commits {
+						what := fmt.Sprintf("%s after %s (lost reply %v)", again, first, lost)
+						err := commit(x, []byte("second"))
+						require.ErrorIs(t, err, sequence.ErrPayloadMismatch, what)
+						require.NotErrorIs(t, err, sequence.ErrInvalidArgument, what)
+						require.ErrorIs(t, commit(x, nil), sequence.ErrPayloadMismatch, what)
+						require.NoError(t, commit(x, []byte("first")), what)
+					}
+				}
+			}
+			none, err := l.Lease(ctx, stream, &sequence.LeaseOpts{TTL: time.Minute})
+			require.NoError(t, err)
+			require.NoError(t, none.Commit(ctx, nil))
+			require.NoError(t, none.Commit(ctx, []byte{}), "nil and empty are the same payload")
+			require.ErrorIs(t, none.Complete(ctx, []byte("x")), sequence.ErrPayloadMismatch)
+			want[none.Number()] = nil
+
+			es := readAll(t, s, stream)
+			require.Len(t, es, len(want))
+			for _, e := range es {
+				require.Equal(t, store.Committed, e.State)
+				require.Equal(t, string(want[e.Number]), string(e.Payload), "%d keeps its first payload", e.Number)
+			}
+		})
+	}
+}
+
+// TestCommitTxAgainWithAnotherPayload is TestCommitAgainWithAnotherPayload
+// for CommitTx: the function does not run again, whatever the payload.
+func TestCommitTxAgainWithAnotherPayload(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Shared(t, false)
+	pg, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchema(t, pool)})
+	require.NoError(t, err)
+	ls := &lostReplyStore{fullStore: pg, after: true}
+	l, _ := leaserOn(t, ls, sequence.Config{})
+	ctx := context.Background()
+	var runs atomic.Int64
+	fn := func(ctx context.Context, tx pgx.Tx) error {
+		runs.Add(1)
+		_, err := tx.Exec(ctx, "SELECT 1")
+		return err
+	}
+	for _, lost := range []bool{false, true} {
+		x, err := l.Lease(ctx, "tx-again", &sequence.LeaseOpts{TTL: time.Minute})
+		require.NoError(t, err)
+		if lost {
+			ls.lose.Store(1)
+			require.ErrorIs(t, sequence.CommitTx(ctx, x, []byte("first"), fn), errConnReset)
+		} else {
+			require.NoError(t, sequence.CommitTx(ctx, x, []byte("first"), fn))
+		}
+		runs.Store(0)
+		require.ErrorIs(t, sequence.CommitTx(ctx, x, []byte("second"), fn), sequence.ErrPayloadMismatch, "lost reply %v", lost)
+		require.NoError(t, sequence.CommitTx(ctx, x, []byte("first"), fn), "lost reply %v", lost)
+		require.Zero(t, runs.Load(), "the function ran once, with the first commit")
+	}
+	for _, e := range readAll(t, pg, "tx-again") {
+		require.Equal(t, []byte("first"), e.Payload)
+	}
+}

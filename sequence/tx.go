@@ -116,7 +116,7 @@ func (x *Lease) commitInTx(ctx context.Context, payload []byte, fn txFunc) error
 			if l.observed {
 				l.observer.CommitReady(ctx, x.stream, x.kind, l.now().Sub(start))
 			}
-			x.resolved(ErrCommitted)
+			x.committed(payload)
 			return nil
 		case !errors.Is(err, store.ErrNotReady):
 			return fmt.Errorf("sequence: commit %s/%d: %w", x.stream, x.number, err)

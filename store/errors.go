@@ -44,6 +44,13 @@ var (
 	// ErrCommitted reports an operation on an entry that is already
 	// committed (for example Release or Extend after Commit).
 	ErrCommitted = errors.New("seqlease: entry already committed")
+	// ErrPayloadMismatch reports a commit retried by the lease's holder
+	// (the same token) with another payload than the one committed: the
+	// entry keeps the first. A retry with the same payload reports the
+	// first commit's success (I7); one with another is a caller's bug, not
+	// a retry, and changes nothing. Payloads compare as bytes.Equal does:
+	// nil and empty are the same.
+	ErrPayloadMismatch = errors.New("seqlease: entry committed with another payload")
 	// ErrGap reports an entry that was resolved as a gap for a reason other
 	// than release or expiry.
 	ErrGap = errors.New("seqlease: entry is a gap")

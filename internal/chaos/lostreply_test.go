@@ -170,10 +170,12 @@ func TestLostCommitReply(t *testing.T) {
 		require.Equal(t, store.Committed, r.entry(t, x.Number()).State, "the server committed before the reply was lost")
 		require.NoError(t, x.Commit(t.Context(), payload), "the retry reports the commit that took effect")
 		r.acked[x.Number()] = payload
-		// The database alone, asked with the same token and another
-		// payload, reports the first commit and keeps its payload.
-		_, err := r.direct.Commit(t.Context(), "lost", x.Number(), x.Token(), &store.CommitParams{Payload: []byte("second"), Ordered: true})
+		// The database alone, asked with the same token, reports the first
+		// commit; with another payload it refuses, and keeps the first.
+		_, err := r.direct.Commit(t.Context(), "lost", x.Number(), x.Token(), &store.CommitParams{Payload: payload, Ordered: true})
 		require.NoError(t, err)
+		_, err = r.direct.Commit(t.Context(), "lost", x.Number(), x.Token(), &store.CommitParams{Payload: []byte("second"), Ordered: true})
+		require.ErrorIs(t, err, store.ErrPayloadMismatch)
 		require.Equal(t, payload, r.entry(t, x.Number()).Payload)
 		r.audit(t)
 	})

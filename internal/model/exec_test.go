@@ -230,12 +230,14 @@ func isClosed(c chan struct{}) bool {
 	}
 }
 
-// payload is what step st commits or fills.
+// payload is what step st commits or fills. A commit carries its handle's
+// payload, so that a repeat is a retry (I7), not a commit of another
+// payload (ErrPayloadMismatch, which the sequence and store tests check).
 func payload(st step) string {
 	if st.Kind == opFill {
 		return fmt.Sprintf("f%d", st.ID)
 	}
-	return fmt.Sprintf("c%d", st.ID)
+	return fmt.Sprintf("c%v", st.Handle)
 }
 
 // prepare returns the call step st makes, or nil when it names a handle or

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -289,6 +290,9 @@ func (s *Store) CommitOne(ctx context.Context, name string, number int64, token 
 func (s *Store) commitLocked(name string, st *stream, e rec, n int64, payload []byte, now time.Time, ordered bool) (time.Time, error) {
 	switch {
 	case e.slot.state == stateCommitted && !e.filled():
+		if !bytes.Equal(e.payload(), payload) {
+			return time.Time{}, store.ErrPayloadMismatch // not a retry: the holder's bug
+		}
 		return e.time(tResolved), nil // the holder's retry: same outcome, no second write
 	case e.slot.state != stateLeased:
 		return time.Time{}, resolvedErr(e)

@@ -400,13 +400,17 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 			return
 		}
 		ordered := op == opCommitOrdered || m.ordered
-		wantAt, want := sc.commitOutcome(m, e, foreign, ordered, now)
+		payload := sc.commitPayload(e)
+		wantAt, want := sc.commitOutcome(m, e, foreign, ordered, payload, now)
 		var got error
 		var at time.Time
 		if e.handle != nil && viaHandle && !ordered && !foreign {
 			switch e.byHandle {
 			case "committed":
 				want = nil // a repeat, answered by the handle
+				if !bytes.Equal(e.payload, payload) {
+					want = store.ErrPayloadMismatch
+				}
 			case "released":
 				want = store.ErrReleased
 			}
@@ -442,8 +446,9 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 		undo := sc.snapshotStates(m)
 		for i, e := range m.entries[start:end] {
 			f := foreign && i == 1
+			payload := sc.commitPayload(e)
 			items = append(items, store.CommitItem{Number: e.number, Token: sc.token(e, f), Payload: payload})
-			at, w := sc.commitOutcome(m, e, f, true, now)
+			at, w := sc.commitOutcome(m, e, f, true, payload, now)
 			wants, wantAt = append(wants, w), append(wantAt, at)
 			if w == nil && e.state == store.Leased {
 				e.state = store.Committed // provisionally, for the next items
@@ -459,7 +464,7 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 				if !r.ResolvedAt.Equal(wantAt[i]) {
 					sc.fatalf("CommitBatch %s/%d resolved at %v, want %v", m.name, e.number, r.ResolvedAt, wantAt[i])
 				}
-				sc.committed(m, e, payload, now)
+				sc.committed(m, e, items[i].Payload, now)
 			}
 		}
 
@@ -644,12 +649,14 @@ func (sc *schedule) apply(op byte, m *modelStream, foreign, viaHandle bool, arg 
 
 // commitOutcome is what Commit of e must return: the resolution time, or
 // the error.
-func (sc *schedule) commitOutcome(m *modelStream, e *modelEntry, foreign, ordered bool, now time.Time) (time.Time, error) {
+func (sc *schedule) commitOutcome(m *modelStream, e *modelEntry, foreign, ordered bool, payload []byte, now time.Time) (time.Time, error) {
 	switch {
 	case e.number < m.low:
 		return time.Time{}, store.ErrTrimmed
 	case foreign:
 		return time.Time{}, store.ErrTokenMismatch
+	case e.state == store.Committed && !e.filled && !bytes.Equal(e.payload, payload):
+		return time.Time{}, store.ErrPayloadMismatch // not a retry
 	case e.state == store.Committed && !e.filled:
 		return e.resolvedAt, nil // I7: the holder's retry
 	case e.state != store.Leased:
@@ -673,6 +680,16 @@ func (sc *schedule) expiryOutcome(m *modelStream, e *modelEntry, now time.Time) 
 		return store.ErrNotExpired
 	}
 	return nil
+}
+
+// commitPayload is the payload of a commit of e: on even steps e's own,
+// which a retry repeats (I7), on odd steps the step's, which differs from
+// any committed before (ErrPayloadMismatch).
+func (sc *schedule) commitPayload(e *modelEntry) []byte {
+	if sc.step%2 == 0 {
+		return fmt.Appendf(nil, "e%d", e.number)
+	}
+	return fmt.Appendf(nil, "p%d", sc.step)
 }
 
 func (sc *schedule) committed(m *modelStream, e *modelEntry, payload []byte, now time.Time) {

@@ -263,7 +263,7 @@ func (s *Store) noticeCommits(ctx context.Context, items []store.StreamCommit, s
 // transaction ended. An entry that changed in between (it resolved
 // concurrently) is committed again alone.
 func (s *Store) explainCommitItem(ctx context.Context, it store.StreamCommit, p *store.CommitMultiParams) (time.Time, error) {
-	t, err := s.explainCommit(ctx, s.db, it.Stream, it.Number, it.Token, p.Now, it.Ordered)
+	t, err := s.explainCommit(ctx, s.db, it.Stream, it.Number, it.Token, it.Payload, p.Now, it.Ordered)
 	switch {
 	case errors.Is(err, errChanged):
 		return s.Commit(ctx, it.Stream, it.Number, it.Token, &store.CommitParams{Payload: it.Payload, Ordered: it.Ordered, Now: p.Now})
@@ -336,7 +336,7 @@ func (s *Store) commitInTx(ctx context.Context, tx pgx.Tx, it store.TxCommit[pgx
 		if err := sp.Rollback(ctx); err != nil {
 			return false, err
 		}
-		out.ResolvedAt, out.Err = s.explainCommit(ctx, tx, it.Stream, it.Number, it.Token, p.Now, it.Ordered)
+		out.ResolvedAt, out.Err = s.explainCommit(ctx, tx, it.Stream, it.Number, it.Token, it.Payload, p.Now, it.Ordered)
 		if errors.Is(out.Err, errChanged) {
 			out.Err = fmt.Errorf("commit: %w: entry %d changed concurrently", store.ErrNotReady, it.Number)
 		}

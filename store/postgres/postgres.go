@@ -265,7 +265,7 @@ func (s *Store) Commit(ctx context.Context, stream string, number int64, token s
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return time.Time{}, interpretError("commit", err)
 		}
-		resolvedAt, err = s.explainCommit(ctx, s.db, stream, number, token, p.Now, p.Ordered)
+		resolvedAt, err = s.explainCommit(ctx, s.db, stream, number, token, p.Payload, p.Now, p.Ordered)
 		if err == nil {
 			// a repeat: notice it again, in case the first was lost
 			if err := s.committed(ctx, stream, number, false); err != nil {
@@ -294,13 +294,24 @@ func (s *Store) committed(ctx context.Context, stream string, number int64, orde
 var errChanged = errors.New("entry changed")
 
 // explainCommit turns a refused commit into its outcome: success for the
-// holder's retry of a commit that took effect (I7), else the reason.
-func (s *Store) explainCommit(ctx context.Context, q querier, stream string, number int64, token store.Token, now *time.Time, ordered bool) (time.Time, error) {
+// holder's retry of a commit that took effect (I7) with the same payload,
+// else the reason.
+func (s *Store) explainCommit(ctx context.Context, q querier, stream string, number int64, token store.Token, payload []byte, now *time.Time, ordered bool) (time.Time, error) {
 	pr, err := s.probe(ctx, q, stream, number, token, now)
 	switch {
 	case err != nil:
 		return time.Time{}, interpretError("commit", err)
 	case pr.state == store.Committed && !pr.filled:
+		var same bool
+		switch err := q.QueryRow(ctx, s.q.samePayload, stream, number, payload).Scan(&same); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return time.Time{}, errChanged // trimmed in between: the probe says so next
+		case err != nil:
+			return time.Time{}, interpretError("commit", err)
+		}
+		if !same {
+			return time.Time{}, fmt.Errorf("commit: %w", store.ErrPayloadMismatch)
+		}
 		return pr.resolvedAt, nil
 	case pr.state.Resolved():
 		return time.Time{}, fmt.Errorf("commit: %w", store.GapError(pr.gapReason))

@@ -11,7 +11,8 @@ import (
 type queries struct {
 	lease, leaseMulti, commit, release, extend   string
 	resolveExpired, notices                      string
-	probe, listExpired, listExpiredStream        string
+	probe, samePayload                           string
+	listExpired, listExpiredStream               string
 	read, streamExists, stats, now               string
 	snapshot, readResolved, lowPoint             string
 	summarize                                    string
@@ -324,6 +325,12 @@ SELECT state, token, gap_reason, resolved_at, filled_at IS NOT NULL,
 	EXISTS (SELECT 1 FROM {s}.entries o WHERE o.stream = $1 AND o.state = 'leased' AND o.number < $2)
 FROM {s}.entries WHERE stream = $1 AND number = $2`,
 
+		// samePayload tells a holder's retry of a commit that took effect
+		// (the same payload) from a commit of another payload.
+		samePayload: `
+SELECT COALESCE(payload, ''::bytea) = COALESCE($3::bytea, ''::bytea)
+FROM {s}.entries WHERE stream = $1 AND number = $2`,
+
 		listExpired: `
 SELECT ` + entryColumns + ` FROM {s}.entries
 WHERE state = 'leased' AND expires_at <= ` + nowf(1) + ` AND (stream, number) > ($2, $3)
@@ -415,7 +422,7 @@ SELECT u.number FROM u`
 		*p = strings.Replace(*p, "{hook}", "", 1)
 	}
 	for _, p := range []*string{&q.lease, &q.leaseMulti, &q.commit, &q.release, &q.extend, &q.resolveExpired,
-		&q.probe, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
+		&q.probe, &q.samePayload, &q.listExpired, &q.listExpiredStream, &q.read, &q.streamExists, &q.stats,
 		&q.snapshot, &q.readResolved, &q.lowPoint, &q.listGaps, &q.listGapHistory, &q.countGaps, &q.findCommitted,
 		&q.fillGap, &q.fillProbe, &q.trim, &q.recoverExpired, &q.resolveExpiredBatch, &q.streams,
 		&q.recoverExpiredBatch, &q.probeBatch, &q.appendEntries, &q.confirm, &q.resolveExpiredHook,

@@ -169,24 +169,44 @@ func testCommit(t *testing.T, newStore func(t *testing.T) Store) {
 		first := b.commit(e, time.Second, []byte("first"))
 		want := b.entry(s, 1)
 		stats := b.stats(s)
-		// A retry later, after the expiry, with another payload or none: I7.
+		// A retry with the same payload, later, after the expiry: I7.
+		for _, at := range []time.Duration{2 * time.Second, time.Hour} {
+			again, err := b.s.Commit(b.ctx, s, 1, e.Token, &store.CommitParams{Payload: []byte("first"), Now: b.at(at)})
+			require.NoError(t, err, "retry at +%v", at)
+			requireTime(t, first, again, "retry returns the first resolution time")
+			require.Equal(t, want, b.entry(s, 1), "retry writes nothing")
+		}
+		require.Equal(t, stats, b.stats(s))
+	})
+
+	t.Run("repeated commit with another payload is ErrPayloadMismatch", func(t *testing.T) {
+		b := setup(t, newStore)
+		s := b.name("")
+		es := b.lease(s, 0, req(10*time.Second, "a"), req(10*time.Second, "b"))
+		b.commit(es[0], time.Second, []byte("first"))
+		b.commit(es[1], time.Second, nil)
+		want, stats := b.entry(s, 1), b.stats(s)
 		for _, c := range []struct {
 			at      time.Duration
 			payload []byte
 		}{
 			{2 * time.Second, []byte("second")},
-			{time.Hour, []byte("third")},
+			{time.Hour, []byte("firs")},
 			{3 * time.Second, nil},
 		} {
-			again, err := b.s.Commit(b.ctx, s, 1, e.Token, &store.CommitParams{Payload: c.payload, Now: b.at(c.at)})
-			require.NoError(t, err, "retry at +%v", c.at)
-			requireTime(t, first, again, "retry returns the first resolution time")
-			require.Equal(t, want, b.entry(s, 1), "retry writes nothing")
-			require.Equal(t, []byte("first"), b.entry(s, 1).Payload)
+			_, err := b.s.Commit(b.ctx, s, 1, es[0].Token, &store.CommitParams{Payload: c.payload, Now: b.at(c.at)})
+			require.ErrorIs(t, err, store.ErrPayloadMismatch, "retry at +%v with %q", c.at, c.payload)
+			require.NotErrorIs(t, err, store.ErrInvalidArgument)
 		}
-		again, err := b.s.Commit(b.ctx, s, 1, e.Token, nil)
-		require.NoError(t, err, "retry with nil params")
-		requireTime(t, first, again)
+		_, err := b.s.Commit(b.ctx, s, 1, es[0].Token, nil)
+		require.ErrorIs(t, err, store.ErrPayloadMismatch, "retry with nil params")
+		require.Equal(t, want, b.entry(s, 1), "a mismatch writes nothing")
+
+		// No payload: a retry with none, or an empty one, is the same.
+		_, err = b.s.Commit(b.ctx, s, 2, es[1].Token, &store.CommitParams{Payload: []byte{}, Now: b.at(2 * time.Second)})
+		require.NoError(t, err, "empty is nil")
+		_, err = b.s.Commit(b.ctx, s, 2, es[1].Token, &store.CommitParams{Payload: []byte("x"), Now: b.at(2 * time.Second)})
+		require.ErrorIs(t, err, store.ErrPayloadMismatch)
 		require.Equal(t, stats, b.stats(s))
 	})
 }

@@ -198,9 +198,11 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 	})
 
 	t.Run("concurrent duplicate commits by the holder", func(t *testing.T) {
-		// I7: several retries of one commit race; all succeed, one wrote.
-		// Each attempt pins its own clock, so the resolution time tells which
-		// one wrote, and the payload must be that attempt's.
+		// I7: several retries of one commit race; one writes, and the
+		// others report its outcome when they carry its payload, or
+		// ErrPayloadMismatch when they carry the other one. Each attempt
+		// pins its own clock, so the resolution time tells which one
+		// wrote.
 		b := setup(t, newStore)
 		s := b.name("")
 		const count, attempts = 20, 8
@@ -209,7 +211,7 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 			reqs[i] = store.LeaseRequest{TTL: time.Minute}
 		}
 		es := b.lease(s, 0, reqs...)
-		payload := func(n int64, k int) []byte { return fmt.Appendf(nil, "number %d attempt %d", n, k) }
+		payload := func(n int64, k int) []byte { return fmt.Appendf(nil, "number %d payload %d", n, k%2) }
 		times := make([][attempts]time.Time, count)
 		errs := make([][attempts]error, count)
 		start := make(chan struct{})
@@ -229,14 +231,19 @@ func testConcurrency(t *testing.T, newStore func(t *testing.T) Store) {
 		got := b.readAll(s)
 		require.Len(t, got, count)
 		for i, e := range es {
-			for k := range attempts {
-				require.NoError(t, errs[i][k], "number %d attempt %d", e.Number, k)
-				requireTime(t, times[i][0], times[i][k], "number %d: every attempt reports one resolution time", e.Number)
-			}
-			winner := int(normTime(times[i][0]).Sub(b.time(time.Second)) / time.Microsecond)
-			require.True(t, winner >= 0 && winner < attempts, "number %d: resolution time %v is no attempt's", e.Number, times[i][0])
-			require.Equal(t, resolved(e, store.Committed, times[i][0], payload(e.Number, winner), "", 0), got[i],
+			require.Equal(t, store.Committed, got[i].State)
+			winner := int(normTime(got[i].ResolvedAt).Sub(b.time(time.Second)) / time.Microsecond)
+			require.True(t, winner >= 0 && winner < attempts, "number %d: resolution time %v is no attempt's", e.Number, got[i].ResolvedAt)
+			require.Equal(t, resolved(e, store.Committed, got[i].ResolvedAt, payload(e.Number, winner), "", 0), got[i],
 				"number %d: the payload is the one of the attempt that wrote", e.Number)
+			for k := range attempts {
+				if k%2 != winner%2 {
+					require.ErrorIs(t, errs[i][k], store.ErrPayloadMismatch, "number %d attempt %d", e.Number, k)
+					continue
+				}
+				require.NoError(t, errs[i][k], "number %d attempt %d", e.Number, k)
+				requireTime(t, got[i].ResolvedAt, times[i][k], "number %d: every retry reports the one resolution time", e.Number)
+			}
 		}
 	})
 

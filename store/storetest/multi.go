@@ -248,6 +248,14 @@ func testCommitMulti(t *testing.T, newStore func(t *testing.T) Store) {
 			require.NoError(t, r.Err, "the holder's retry of item %d reports the first outcome (I7)", i)
 			requireTime(t, b.time(time.Second), r.ResolvedAt)
 		}
+		other := items[1]
+		other.Payload = []byte("other")
+		next := b.lease(sa, 0, req(time.Minute, "4"))
+		res, err = b.multiCommitter().CommitMulti(b.ctx, []store.StreamCommit{other, item(next[0], true)}, &store.CommitMultiParams{Now: b.at(2 * time.Second)})
+		require.NoError(t, err)
+		require.ErrorIs(t, res[0].Err, store.ErrPayloadMismatch, "a retry with another payload fails its item alone")
+		require.Equal(t, items[1].Payload, b.entry(sb, 1).Payload)
+		require.NoError(t, res[1].Err)
 	})
 
 	t.Run("an ordered item counts the earlier items of its stream only when they succeeded", func(t *testing.T) {
