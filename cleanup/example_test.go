@@ -20,7 +20,7 @@ func Example() {
 	ctx := context.Background()
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	backend := memory.New(&memory.Config{Now: func() time.Time { return clock }})
-	leaser, err := sequence.New(backend, &sequence.Config{Now: func() time.Time { return clock }})
+	leaser, err := sequence.New(backend, &sequence.Config{Now: func() time.Time { return clock }, UnorderedOnly: true}) // its workers crash
 	if err != nil {
 		panic(err)
 	}

@@ -58,7 +58,7 @@ func TestCascadeBoostsTheFleet(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, fleet.Start(t.Context()))
 			defer fleet.Stop()
-			l, err := sequence.New(b.(sequence.Store), &sequence.Config{AdaptiveTTL: &ttl.Policy{Min: 10 * time.Second, Max: time.Minute, Boost: fleet}})
+			l, err := sequence.New(b.(sequence.Store), &sequence.Config{AdaptiveTTL: &ttl.Policy{Min: 10 * time.Second, Max: time.Minute, Boost: fleet}, UnorderedOnly: true})
 			require.NoError(t, err)
 			ttlOf := func() time.Duration {
 				x, err := l.Lease(t.Context(), "b-work", nil)

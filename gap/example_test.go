@@ -15,7 +15,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	backend := memory.New(nil)
-	leaser, err := sequence.New(backend, nil)
+	leaser, err := sequence.New(backend, &sequence.Config{UnorderedOnly: true}) // this worker only releases
 	if err != nil {
 		panic(err)
 	}

@@ -202,7 +202,7 @@ func TestStackLiteral(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	backend := memory.New(nil)
-	leaser, err := sequence.New(backend, nil)
+	leaser, err := sequence.New(backend, &sequence.Config{UnorderedOnly: true})
 	require.NoError(t, err)
 	x, err := leaser.Lease(ctx, "s", nil)
 	require.NoError(t, err)

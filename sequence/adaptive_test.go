@@ -88,6 +88,7 @@ func TestAdaptiveTTLRefusals(t *testing.T) {
 		{"Max above MaxTTL", sequence.Config{MaxTTL: time.Minute, AdaptiveTTL: &ttl.Policy{Min: time.Second, Max: 2 * time.Minute}}, "Max"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			c.cfg.UnorderedOnly = true
 			_, err := sequence.New(s, &c.cfg)
 			require.ErrorIs(t, err, store.ErrInvalidArgument)
 			var fe *ttl.FieldError
@@ -96,7 +97,7 @@ func TestAdaptiveTTLRefusals(t *testing.T) {
 			require.ErrorContains(t, err, "Config.AdaptiveTTL: ttl: Policy."+c.field)
 		})
 	}
-	_, err := sequence.New(s, &sequence.Config{DefaultTTL: time.Second, AdaptiveTTL: &ttl.Policy{Min: time.Second, Max: time.Minute}})
+	_, err := sequence.New(s, &sequence.Config{DefaultTTL: time.Second, AdaptiveTTL: &ttl.Policy{Min: time.Second, Max: time.Minute}, UnorderedOnly: true})
 	require.ErrorIs(t, err, store.ErrInvalidArgument)
 	require.ErrorContains(t, err, "Config.AdaptiveTTL", "DefaultTTL and AdaptiveTTL are exclusive")
 }

@@ -56,7 +56,7 @@ func TestAbandonedCoalescedLeaseIsNeverLeaked(t *testing.T) {
 	for round := range rounds {
 		stream := fmt.Sprintf("s%d", round)
 		s := &hookedStore{Store: memory.New(nil)}
-		l, err := sequence.New(s, &sequence.Config{MaxLeaseBatch: sequence.DefaultMaxLeaseBatch}) // coalescing, which memory turns off by default
+		l, err := sequence.New(s, &sequence.Config{MaxLeaseBatch: sequence.DefaultMaxLeaseBatch, UnorderedOnly: true}) // coalescing, which memory turns off by default
 		require.NoError(t, err)
 		ctx := context.Background()
 		ctxC, cancelC := context.WithCancel(ctx)
@@ -108,7 +108,7 @@ func TestAbandonedCoalescedLeaseIsNeverLeaked(t *testing.T) {
 func TestAbandonedCoalescedLeaseReturnsAtOnce(t *testing.T) {
 	t.Parallel()
 	s := &hookedStore{Store: memory.New(nil)}
-	l, err := sequence.New(s, &sequence.Config{MaxLeaseBatch: sequence.DefaultMaxLeaseBatch})
+	l, err := sequence.New(s, &sequence.Config{MaxLeaseBatch: sequence.DefaultMaxLeaseBatch, UnorderedOnly: true})
 	require.NoError(t, err)
 	ctx := context.Background()
 	ctxC, cancelC := context.WithCancel(ctx)
@@ -169,7 +169,7 @@ func TestCoalescingStressWithCancellations(t *testing.T) {
 	t.Parallel()
 	s := &hookedStore{Store: memory.New(nil)}
 	s.before = func(int) { time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond) }
-	l, err := sequence.New(s, &sequence.Config{MaxLeaseBatch: 8})
+	l, err := sequence.New(s, &sequence.Config{MaxLeaseBatch: 8, UnorderedOnly: true})
 	require.NoError(t, err)
 	const callers = 400
 	var mu sync.Mutex

@@ -12,8 +12,9 @@ import (
 	"github.com/seqlease/seqlease/store"
 )
 
-// ErrNoBarrier is returned by Commit on a Leaser configured without a
-// Barrier.
+// ErrNoBarrier is returned by New for a Config without a Barrier (unless
+// Config.UnorderedOnly is set), and by Commit and CommitTx on a Leaser
+// made with UnorderedOnly and no Barrier.
 var ErrNoBarrier = errors.New("sequence: ordered commit needs Config.Barrier")
 
 // ErrCommitInProgress is returned by a Commit of a handle while another

@@ -44,7 +44,7 @@ func FuzzNewConfig(f *testing.F) {
 		cfg := sequence.Config{
 			DefaultTTL: time.Duration(defaultTTL), MaxTTL: time.Duration(maxTTL), MaxPayload: maxPayload, Owner: owner,
 			MaxGroup: maxGroup, GroupDelay: time.Duration(groupDelay), MaxLeaseBatch: maxLeaseBatch,
-			WriteTimeout: time.Duration(writeTimeout), Margin: time.Duration(margin),
+			WriteTimeout: time.Duration(writeTimeout), Margin: time.Duration(margin), UnorderedOnly: true,
 		}
 		// The clock stands still: a lease of the shortest TTL stays live.
 		frozen := func() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }

@@ -132,7 +132,7 @@ func ExampleLease_Commit_retry() {
 func ExampleLeaser_Append() {
 	ctx := context.Background()
 	backend := memory.New(nil)
-	leaser, err := sequence.New(backend, nil)
+	leaser, err := sequence.New(backend, &sequence.Config{UnorderedOnly: true}) // appends only: no ordered Commit
 	if err != nil {
 		panic(err)
 	}

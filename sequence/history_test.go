@@ -26,7 +26,7 @@ func TestLeaseSurfacesLostHistory(t *testing.T) {
 	schema := pgtest.NewSchema(t, pool)
 	pg, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
-	l, err := sequence.New(pg, nil)
+	l, err := sequence.New(pg, &sequence.Config{UnorderedOnly: true})
 	require.NoError(t, err)
 	for range 3 {
 		for _, st := range []string{"lost", "kept"} {

@@ -87,7 +87,7 @@ func TestKeepAliveEndsWithCommitAndRelease(t *testing.T) {
 func TestLocalDeadlineEndsLease(t *testing.T) {
 	t.Parallel()
 	s := memory.New(nil)
-	l, err := sequence.New(s, nil)
+	l, err := sequence.New(s, &sequence.Config{UnorderedOnly: true})
 	require.NoError(t, err)
 	x, err := l.Lease(context.Background(), "d", &sequence.LeaseOpts{TTL: 30 * time.Millisecond})
 	require.NoError(t, err)

@@ -19,7 +19,7 @@ func TestErrReportsLocalDeadline(t *testing.T) {
 	t.Parallel()
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := memory.New(&memory.Config{Now: c.Now})
-	l, err := sequence.New(s, &sequence.Config{Now: c.Now})
+	l, err := sequence.New(s, &sequence.Config{Now: c.Now, UnorderedOnly: true})
 	require.NoError(t, err)
 	x, err := l.Lease(context.Background(), "d", &sequence.LeaseOpts{TTL: time.Minute})
 	require.NoError(t, err)
@@ -42,7 +42,7 @@ func TestMarginIsCappedAtHalfTheTTL(t *testing.T) {
 	t.Parallel()
 	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := memory.New(&memory.Config{Now: c.Now})
-	l, err := sequence.New(s, &sequence.Config{Now: c.Now, Margin: 20 * time.Minute})
+	l, err := sequence.New(s, &sequence.Config{Now: c.Now, Margin: 20 * time.Minute, UnorderedOnly: true})
 	require.NoError(t, err)
 	x, err := l.Lease(context.Background(), "m", &sequence.LeaseOpts{TTL: time.Minute})
 	require.NoError(t, err)

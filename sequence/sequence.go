@@ -63,9 +63,17 @@ const (
 // zero value of each field.
 type Config struct {
 	// Barrier is where ordered commits wait for their turn; it must be
-	// started (barrier.Barrier.Start). Required for Commit; Lease, Complete,
-	// Release and Extend work without it.
+	// started (barrier.Barrier.Start). Required, unless UnorderedOnly is
+	// set: New refuses a nil Barrier with ErrNoBarrier, so that a Leaser
+	// meant for ordered commits fails at its start rather than at its
+	// first Commit, after the work was done.
 	Barrier Waiter
+	// UnorderedOnly declares that this Leaser never commits in order: its
+	// leases resolve with Complete or Release, and its writes are Appends
+	// (an outbox writer). It lets Barrier be nil; Commit and CommitTx then
+	// fail with ErrNoBarrier. With a Barrier it changes nothing (the
+	// Barrier still hears of this process's resolutions at once).
+	UnorderedOnly bool
 	// DefaultTTL is the lease duration when a call names none.
 	// Default: DefaultTTL (30 s), or MaxTTL if that is shorter.
 	DefaultTTL time.Duration
@@ -168,6 +176,10 @@ func New(s Store, cfg *Config) (*Leaser, error) {
 	}
 	if cfg == nil {
 		cfg = &Config{}
+	}
+	if cfg.Barrier == nil && !cfg.UnorderedOnly {
+		return nil, fmt.Errorf("sequence: Config.Barrier is nil: %w (set Config.UnorderedOnly for a Leaser that only completes, releases and appends): %w",
+			ErrNoBarrier, ErrInvalidArgument)
 	}
 	maxGroup, maxLeaseBatch := DefaultMaxGroup, DefaultMaxLeaseBatch
 	ip, inProcess := s.(store.InProcess)

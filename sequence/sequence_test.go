@@ -329,19 +329,43 @@ func TestConfigValidation(t *testing.T) {
 		{"owner with control character", sequence.Config{Owner: "a\nb"}, "Owner"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			c.cfg.UnorderedOnly = true
 			_, err := sequence.New(s, &c.cfg)
 			require.ErrorContains(t, err, "Config."+c.field)
 		})
 	}
 	_, err := sequence.New(nil, nil)
 	require.Error(t, err)
-	_, err = sequence.New(s, nil)
+	_, err = sequence.New(s, &sequence.Config{UnorderedOnly: true})
+	require.NoError(t, err)
+}
+
+// TestNewRefusesNoBarrier checks that a Leaser without a Barrier is refused
+// at New, before any work, unless it declares that it never commits in
+// order; such a Leaser completes, and its Commit fails at once.
+func TestNewRefusesNoBarrier(t *testing.T) {
+	t.Parallel()
+	s := memory.New(nil)
+	for _, cfg := range []*sequence.Config{nil, {}, {DefaultTTL: time.Minute}} {
+		_, err := sequence.New(s, cfg)
+		require.ErrorIs(t, err, sequence.ErrNoBarrier)
+		require.ErrorIs(t, err, sequence.ErrInvalidArgument)
+		require.ErrorContains(t, err, "Config.Barrier")
+	}
+	l, err := sequence.New(s, &sequence.Config{UnorderedOnly: true})
+	require.NoError(t, err)
+	ctx := context.Background()
+	x, err := l.Lease(ctx, "unordered", nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, x.Commit(ctx, []byte("p")), sequence.ErrNoBarrier)
+	require.NoError(t, x.Complete(ctx, []byte("p")))
+	_, err = l.Append(ctx, "unordered", nil, []byte("q"))
 	require.NoError(t, err)
 }
 
 func TestBoostTTL(t *testing.T) {
 	t.Parallel()
-	l, err := sequence.New(memory.New(nil), &sequence.Config{DefaultTTL: time.Minute, MaxTTL: 3 * time.Minute})
+	l, err := sequence.New(memory.New(nil), &sequence.Config{DefaultTTL: time.Minute, MaxTTL: 3 * time.Minute, UnorderedOnly: true})
 	require.NoError(t, err)
 	ctx := context.Background()
 	ttlOf := func() time.Duration {

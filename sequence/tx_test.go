@@ -250,7 +250,7 @@ func TestAppendBadInputChangesNothing(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrStreamNotFound)
 
 	// A store that cannot append says so.
-	hidden, err := sequence.New(struct{ sequence.Store }{memory.New(nil)}, nil)
+	hidden, err := sequence.New(struct{ sequence.Store }{memory.New(nil)}, &sequence.Config{UnorderedOnly: true})
 	require.NoError(t, err)
 	_, err = hidden.Append(a.ctx, "s", nil, []byte("x"))
 	require.ErrorIs(t, err, store.ErrUnsupported)

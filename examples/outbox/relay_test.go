@@ -38,7 +38,7 @@ func setupBroker(t *testing.T) (*broker, names) {
 // stream on st: each committed with its number as payload, but the numbers
 // in gaps, which are released (gaps).
 func entryWriter(t *testing.T, st *memory.Store, stream string) func(from, to int, gaps ...int) {
-	leaser, err := sequence.New(st, nil)
+	leaser, err := sequence.New(st, &sequence.Config{UnorderedOnly: true}) // completes and releases
 	require.NoError(t, err)
 	return func(from, to int, gaps ...int) {
 		for i := from; i <= to; i++ {

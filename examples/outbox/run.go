@@ -76,7 +76,7 @@ func run(ctx context.Context, c config) (_ *report, err error) {
 		defer pw.close()
 		w = pw
 	} else {
-		leaser, err := sequence.New(st, &sequence.Config{Owner: "outbox-writer"})
+		leaser, err := sequence.New(st, &sequence.Config{Owner: "outbox-writer", UnorderedOnly: true}) // appends only
 		if err != nil {
 			return nil, err
 		}

@@ -107,7 +107,7 @@ func newPGWriter(ctx context.Context, pool *pgxpool.Pool, st *postgres.Store, sc
 	if err != nil {
 		return nil, fmt.Errorf("order tables: %w", err)
 	}
-	cfg := &sequence.Config{Owner: "outbox-writer"}
+	cfg := &sequence.Config{Owner: "outbox-writer", UnorderedOnly: true} // appends only
 	if watch {
 		if w.watch, err = barrier.New(st, nil); err != nil {
 			return nil, err

@@ -234,7 +234,7 @@ func TestFailoverAsync(t *testing.T) {
 	met, err := metrics.New(&metrics.Config{MeterProvider: mp, Gaps: s, Alerts: ev})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, met.Close()) }()
-	l, err := sequence.New(s, &sequence.Config{Owner: "async"})
+	l, err := sequence.New(s, &sequence.Config{Owner: "async", UnorderedOnly: true})
 	require.NoError(t, err)
 	lm, err := lease.New(s, &lease.Config{Owner: "async-holder"})
 	require.NoError(t, err)

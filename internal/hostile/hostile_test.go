@@ -166,7 +166,7 @@ func newFixture(t *testing.T, s Store) *fixture {
 	}
 	require.NoError(t, s.SaveCheckpoint(ctx, "projection", "orders", 1, nil)) // the watermark is 1
 
-	leaser, err := sequence.New(s, &sequence.Config{MaxPayload: limit, MaxLeaseBatch: 1, Owner: "leaser"})
+	leaser, err := sequence.New(s, &sequence.Config{MaxPayload: limit, MaxLeaseBatch: 1, Owner: "leaser", UnorderedOnly: true})
 	require.NoError(t, err)
 	h, err := leaser.Lease(ctx, "handles", &sequence.LeaseOpts{TTL: time.Hour})
 	require.NoError(t, err)
@@ -708,6 +708,7 @@ func TestHostileConfigDurations(t *testing.T) {
 			"DefaultTTL": {DefaultTTL: d}, "MaxTTL": {MaxTTL: d}, "GroupDelay": {GroupDelay: d},
 			"WriteTimeout": {WriteTimeout: d}, "Margin": {Margin: d},
 		} {
+			cfg.UnorderedOnly = true
 			_, err := sequence.New(s, &cfg)
 			configErr(t, err, field)
 		}
@@ -733,6 +734,7 @@ func TestHostileConfigDurations(t *testing.T) {
 	}
 	for field, cfg := range map[string]sequence.Config{"MaxTTL": {MaxTTL: math.MaxInt64}, "DefaultTTL": {DefaultTTL: math.MaxInt64},
 		"Margin": {Margin: math.MaxInt64}} {
+		cfg.UnorderedOnly = true
 		_, err := sequence.New(s, &cfg)
 		configErr(t, err, field)
 	}
@@ -765,7 +767,7 @@ func TestHostileConfigDurations(t *testing.T) {
 	_, err = m.Maintain(ctx) // trims the history before now - MaxInt64
 	require.NoError(t, err)
 	m.Stop()
-	leaser, err := sequence.New(s, &sequence.Config{WriteTimeout: math.MaxInt64, MaxPayload: math.MaxInt, MaxLeaseBatch: 2})
+	leaser, err := sequence.New(s, &sequence.Config{WriteTimeout: math.MaxInt64, MaxPayload: math.MaxInt, MaxLeaseBatch: 2, UnorderedOnly: true})
 	require.NoError(t, err)
 	x, err := leaser.Lease(ctx, "s", nil)
 	require.NoError(t, err)
@@ -846,7 +848,7 @@ func TestEnormousAndNaNValuesBehave(t *testing.T) {
 
 	t.Run("sequence KeepAliveOpts RenewShare NaN never renews back to back", func(t *testing.T) {
 		s := &callCounter{Store: memory.New(nil)}
-		l, err := sequence.New(s, nil)
+		l, err := sequence.New(s, &sequence.Config{UnorderedOnly: true})
 		require.NoError(t, err)
 		x, err := l.Lease(t.Context(), "s", &sequence.LeaseOpts{TTL: time.Minute})
 		require.NoError(t, err)
@@ -861,7 +863,7 @@ func TestEnormousAndNaNValuesBehave(t *testing.T) {
 
 	for _, factor := range []float64{1e300, math.Inf(1), math.NaN()} {
 		t.Run(fmt.Sprintf("sequence BoostTTL(%v) keeps the default TTL valid", factor), func(t *testing.T) {
-			l, err := sequence.New(memory.New(nil), nil)
+			l, err := sequence.New(memory.New(nil), &sequence.Config{UnorderedOnly: true})
 			require.NoError(t, err)
 			l.BoostTTL(factor)
 			require.Greater(t, l.DefaultTTL(), time.Duration(0))
@@ -879,7 +881,7 @@ func TestEnormousAndNaNValuesBehave(t *testing.T) {
 	})
 
 	t.Run("sequence GroupDelay MaxInt64 is refused", func(t *testing.T) {
-		_, err := sequence.New(memory.New(nil), &sequence.Config{GroupDelay: math.MaxInt64})
+		_, err := sequence.New(memory.New(nil), &sequence.Config{GroupDelay: math.MaxInt64, UnorderedOnly: true})
 		configErr(t, err, "GroupDelay")
 		require.ErrorIs(t, err, store.ErrInvalidArgument)
 	})

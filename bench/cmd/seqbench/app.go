@@ -155,7 +155,7 @@ func newAppEnv(ctx context.Context, e *env, schema string, noWatch bool) (*seqEn
 		return nil, err
 	}
 	env := &seqEnv{pool: pool, store: s, close: pool.Close}
-	var cfg sequence.Config
+	cfg := sequence.Config{UnorderedOnly: noWatch} // the variants append and complete: no ordered commit
 	if !noWatch {
 		b, err := barrier.New(s, nil)
 		if err != nil {
