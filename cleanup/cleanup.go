@@ -58,7 +58,7 @@ type Waiter interface {
 // HooksConfig.Timeout; a failing hook is logged and reported and never
 // delays a resolution. A hook must return when its context ends: Stop lets
 // the hooks finish for up to HooksConfig.Grace, then cancels them and
-// waits.
+// waits. A hook may call Stop (see Stop).
 type HookFunc func(ctx context.Context, e store.Entry) error
 
 // Observer is told what the loop does. Its methods must not block.
@@ -287,13 +287,21 @@ func (sv *Service) Start(ctx context.Context) error {
 // Stop cancels it after Hooks.Grace and then waits, as it waits for every
 // goroutine it started. Stop does not wait for DeliverHooks calls, which
 // belong to their callers.
+//
+// A hook may call Stop (from its own goroutine): Stop then stops the rest
+// as above, cancels the calling hook's context, and returns once every
+// other goroutine has returned, without waiting for the hook that called
+// it (which waits for Stop). The Service has stopped when that hook
+// returns; for a durable hook, its delivery then records the outcome as
+// usual.
 func (sv *Service) Stop() {
+	bestEffort, durable := hookCaller()
 	sv.life.Stop()
 	sv.wake.close()
 	var hooks sync.WaitGroup // the grace periods run side by side
-	hooks.Go(sv.hooks.stop)
+	hooks.Go(func() { sv.hooks.stop(bestEffort) })
 	if sv.durable != nil {
-		hooks.Go(sv.durable.stop)
+		hooks.Go(func() { sv.durable.stop(durable) })
 	}
 	hooks.Wait()
 	if sv.leases != nil {

@@ -207,7 +207,9 @@
 //
 // Start runs the loop (and the durable hooks' deliverer) in the background
 // and returns; Stop cancels them, lets the hooks finish for up to
-// HookGrace, cancels the rest, and waits for every goroutine it started. Stop is safe before Start and twice. RunOnce
+// HookGrace, cancels the rest, and waits for every goroutine it started.
+// Stop is safe before Start, twice, and from a hook (it then does not wait
+// for the hook that called it). RunOnce
 // runs one full cycle in the caller's goroutine, for tests and operator
 // tools. Status tells, at once, whether the loop runs and when its last
 // full pass over the expired leases ended (a health check reads it: package

@@ -49,7 +49,8 @@ type deliverer struct {
 
 	kick chan struct{} // a resolution recorded hooks: deliver now
 
-	life *lifecycle.Life // the delivery loop
+	life  *lifecycle.Life // the delivery loop
+	count hookCount       // the loop's deliveries, and those whose hook called Stop
 	// graceCtx is cancelled when Stop's grace period ends: the running
 	// hooks are cancelled then.
 	graceCtx    context.Context
@@ -102,9 +103,15 @@ func (d *deliverer) start(ctx context.Context) error {
 
 // stop ends the loop and waits for it, giving the running hooks (whose
 // contexts outlive the loop's) up to the grace period before it cancels
-// them. It is safe before start and twice.
-func (d *deliverer) stop() {
+// them. It is safe before start and twice. From a hook of the loop (self),
+// it waits for the loop's other deliveries only: the loop itself waits for
+// the calling hook.
+func (d *deliverer) stop(self bool) {
 	ended := d.life.Cancel() // the loop ends at the latest after the grace cancel below
+	if self {
+		defer d.count.stopping()()
+		ended = d.count.others()
+	}
 	waitUpTo(ended, d.grace)
 	d.graceCancel()
 	<-ended
@@ -152,7 +159,13 @@ func (d *deliverer) deliver(ctx context.Context, loop bool) (int, error) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for _, h := range hs {
+			if loop {
+				d.count.enter()
+			}
 			wg.Go(func() {
+				if loop {
+					defer d.count.exit()
+				}
 				if d.run(ctx, loop, h) {
 					mu.Lock()
 					delivered++
@@ -176,10 +189,12 @@ func (d *deliverer) run(ctx context.Context, loop bool, h store.PendingHook) boo
 		parent = context.WithoutCancel(ctx)
 	}
 	hctx, cancel := context.WithTimeout(parent, d.timeout)
+	call := d.hook
 	if loop {
 		stop = context.AfterFunc(d.graceCtx, cancel)
+		call = func(ctx context.Context, e store.Entry) error { return callDurableHook(ctx, d.hook, e) }
 	}
-	err := d.hook(hctx, e)
+	err := call(hctx, e)
 	stop()
 	cancel()
 	// The record is settled even when the loop is stopping: a hook that ran

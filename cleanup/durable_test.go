@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -334,4 +335,46 @@ func TestStopDoesNotWaitForDeliverHooks(t *testing.T) {
 	st, err := s.HookStats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Pending, "acknowledged")
+}
+
+// TestStopFromADurableHook: a durable hook the loop delivers may call
+// Stop: Stop returns once the loop's other deliveries have returned, not
+// waiting for the hook that called it (the loop waits for it), and the
+// delivery of the calling hook is then acknowledged as usual.
+func TestStopFromADurableHook(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New(nil)
+		var sv *cleanup.Service
+		other := make(chan struct{})   // closed when the other hook returns
+		stopped := make(chan struct{}) // closed when the calling hook's Stop returned
+		hook := func(ctx context.Context, e store.Entry) error {
+			if e.Number == 1 {
+				<-ctx.Done() // cancelled by Stop after the grace period
+				close(other)
+				return ctx.Err()
+			}
+			sv.Stop()
+			select {
+			case <-other:
+			default:
+				t.Error("Stop from a hook returned before the other delivery")
+			}
+			close(stopped)
+			return nil
+		}
+		var err error
+		sv, err = cleanup.New(s, &cleanup.Config{
+			Elector: cleanup.NewLocalElector(),
+			Hooks:   &cleanup.HooksConfig{Durable: hook, Concurrency: 2, Grace: time.Second},
+		})
+		require.NoError(t, err)
+		leaseExpired(t, s, "stop", 2)
+		require.NoError(t, sv.Start(context.Background()))
+		<-stopped
+		sv.Stop() // waits for the loop, which waited for the hook
+		st, err := s.HookStats(context.Background())
+		require.NoError(t, err)
+		require.Equal(t, int64(1), st.Pending, "the calling hook's delivery acknowledged, the cancelled one kept")
+	})
 }

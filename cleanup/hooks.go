@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"runtime"
 	"sync"
 	"time"
 
@@ -31,7 +33,8 @@ type hookRunner struct {
 	logger   *slog.Logger
 	observer Observer
 
-	life *lifecycle.Life // the workers; their context ends when the grace period ends
+	life  *lifecycle.Life // the workers; their context ends when the grace period ends
+	count hookCount       // the workers, and those whose hook called Stop
 
 	mu      sync.Mutex
 	queue   []hookTask
@@ -75,8 +78,10 @@ func (r *hookRunner) add(ctx context.Context, e store.Entry) {
 		}
 	}
 	// Go refuses nothing here: stop drains the Life only once closed is set.
+	// The worker counts before it can end: it takes r.mu first.
 	for r.workers < r.limit && r.workers < len(r.queue) && r.life.Go(r.work) {
 		r.workers++
+		r.count.enter()
 	}
 	dropped := len(r.hooks) - queued
 	newlyFull := dropped > 0 && !r.full
@@ -107,6 +112,7 @@ func (r *hookRunner) work(ctx context.Context) {
 		if len(r.queue) == 0 || r.stopped {
 			r.workers--
 			r.mu.Unlock()
+			r.count.exit()
 			return
 		}
 		t := r.queue[0]
@@ -124,7 +130,7 @@ func (r *hookRunner) run(ctx context.Context, t hookTask) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	if err := t.h(hctx, t.e); err != nil {
+	if err := callHook(hctx, t.h, t.e); err != nil {
 		r.logger.Warn("cleanup: hook failed", slog.String("stream", t.e.Stream),
 			slog.Int64("number", t.e.Number), slog.Any("error", err))
 		if r.observer != nil {
@@ -135,19 +141,29 @@ func (r *hookRunner) run(ctx context.Context, t hookTask) {
 
 // stop queues nothing more and lets the queued and running hooks finish
 // for up to the grace period; then it cancels those still running, waits
-// for them, and drops and reports those still queued.
-func (r *hookRunner) stop() {
+// for them, and drops and reports those still queued. From a hook (self),
+// it waits for the other workers only.
+func (r *hookRunner) stop(self bool) {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
 	drained := r.life.Drain() // the workers end at the latest after the Stop below
+	if self {
+		defer r.count.stopping()()
+		drained = r.count.others()
+	}
 	waitUpTo(drained, r.grace)
 	r.mu.Lock()
 	r.stopped = true
 	left := r.queue
 	r.queue = nil
 	r.mu.Unlock()
-	r.life.Stop() // cancels the hooks still running, and waits for them
+	if self {
+		r.life.Cancel() // cancels the hooks still running, this one's too
+		<-drained
+	} else {
+		r.life.Stop() // cancels the hooks still running, and waits for them
+	}
 	if len(left) > 0 {
 		r.logger.Warn("cleanup: stopped with hooks not run: the grace period ended", slog.Int("hooks", len(left)),
 			slog.Duration("hook_grace", r.grace))
@@ -164,5 +180,116 @@ func waitUpTo(c <-chan struct{}, grace time.Duration) {
 	select {
 	case <-c:
 	case <-t.C:
+	}
+}
+
+// A hook may call Stop. Stop must then not wait for the goroutine that runs
+// it, which waits for Stop: it waits for the others, and the Service has
+// stopped once that hook returns. Stop learns that a hook called it from
+// the calling goroutine's stack: a hook of this package runs below
+// callHook (a best-effort hook, or a durable one the loop delivers) or
+// callDurableHook.
+
+// callHook runs a best-effort hook.
+//
+//go:noinline
+func callHook(ctx context.Context, h HookFunc, e store.Entry) error { return h(ctx, e) }
+
+// callDurableHook runs a durable hook that the delivery loop delivers.
+//
+//go:noinline
+func callDurableHook(ctx context.Context, h HookFunc, e store.Entry) error { return h(ctx, e) }
+
+// The functions' names, as the frames of a stack give them.
+var (
+	hookFrame    = runtime.FuncForPC(reflect.ValueOf(callHook).Pointer()).Name()
+	durableFrame = runtime.FuncForPC(reflect.ValueOf(callDurableHook).Pointer()).Name()
+)
+
+// hookCaller reports whether the calling goroutine runs a best-effort hook
+// or a durable hook of the delivery loop.
+func hookCaller() (bestEffort, durable bool) {
+	pcs := make([]uintptr, 64)
+	n := runtime.Callers(2, pcs)
+	for n == len(pcs) { // a deep stack: read it all
+		pcs = make([]uintptr, 2*len(pcs))
+		n = runtime.Callers(2, pcs)
+	}
+	frames := runtime.CallersFrames(pcs[:n])
+	for {
+		f, more := frames.Next()
+		switch f.Function {
+		case hookFrame:
+			return true, false
+		case durableFrame:
+			return false, true
+		}
+		if !more {
+			return false, false
+		}
+	}
+}
+
+// hookCount counts the goroutines of a runner that run hooks, and those
+// among them whose hook is in Stop, so that a Stop from a hook waits for the
+// others only.
+type hookCount struct {
+	mu      sync.Mutex
+	running int
+	inStop  int
+	settled chan struct{} // closed when running == inStop; made by others
+}
+
+func (c *hookCount) enter() {
+	c.mu.Lock()
+	c.running++
+	c.mu.Unlock()
+}
+
+func (c *hookCount) exit() {
+	c.mu.Lock()
+	c.running--
+	c.settleLocked()
+	c.mu.Unlock()
+}
+
+// stopping counts the calling goroutine as one in Stop until the function
+// it returns is called.
+func (c *hookCount) stopping() func() {
+	c.mu.Lock()
+	c.inStop++
+	c.settleLocked()
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.inStop--
+		c.mu.Unlock()
+	}
+}
+
+// others returns a channel closed once every goroutine left is in Stop.
+func (c *hookCount) others() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running <= c.inStop {
+		return closedChan
+	}
+	if c.settled == nil {
+		c.settled = make(chan struct{})
+	}
+	return c.settled
+}
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+func (c *hookCount) settleLocked() {
+	if c.settled != nil && c.running <= c.inStop {
+		close(c.settled)
+		c.settled = nil
 	}
 }

@@ -294,3 +294,44 @@ func TestHookQueueBounded(t *testing.T) {
 		require.Equal(t, 3, dropped(), "resolved after Stop: its hook is dropped")
 	})
 }
+
+// TestStopFromAHook: a best-effort hook that calls Stop does not deadlock.
+// Its Stop stops the rest, lets the other running hook finish (cancelling
+// it after the grace period), and returns without waiting for the hook
+// that called it; a Stop from outside then waits for that hook.
+func TestStopFromAHook(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New(nil)
+		var sv *cleanup.Service
+		other := make(chan struct{})   // closed when the other hook returns
+		stopped := make(chan struct{}) // closed when the calling hook's Stop returned
+		hook := func(ctx context.Context, e store.Entry) error {
+			if e.Number == 1 {
+				<-ctx.Done() // cancelled by Stop after the grace period
+				close(other)
+				return ctx.Err()
+			}
+			sv.Stop()
+			select {
+			case <-other:
+			default:
+				t.Error("Stop from a hook returned before the other hook")
+			}
+			close(stopped)
+			return nil
+		}
+		var err error
+		sv, err = cleanup.New(s, &cleanup.Config{
+			Elector: cleanup.NewLocalElector(),
+			Hooks:   &cleanup.HooksConfig{BestEffort: []cleanup.HookFunc{hook}, Concurrency: 2, Grace: time.Second},
+		})
+		require.NoError(t, err)
+		leaseExpired(t, s, "stop", 2)
+		_, err = sv.RunOnce(context.Background())
+		require.NoError(t, err)
+		<-stopped
+		sv.Stop() // waits for the hook that called Stop
+		require.ErrorIs(t, sv.Start(context.Background()), cleanup.ErrStopped)
+	})
+}
