@@ -524,3 +524,27 @@ func TestStartStopStress(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestDefaultIntervalBoundsADeadWorker: with the default interval, a dead
+// worker's number is resolved within its TTL plus 5 s and the jitter's
+// 10%, however the lease falls between two cycles (it was TTL + 33 s).
+func TestDefaultIntervalBoundsADeadWorker(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := memory.New(nil)
+		sv, err := cleanup.New(s, &cleanup.Config{Elector: cleanup.NewLocalElector()})
+		require.NoError(t, err)
+		require.NoError(t, sv.Start(ctx))
+		defer sv.Stop()
+		synctest.Wait() // the first cycle ran: the next is an interval away
+		const ttl = time.Second
+		_, err = s.Lease(ctx, "dead", []store.LeaseRequest{{TTL: ttl}}, nil)
+		require.NoError(t, err)
+		time.Sleep(ttl + 5500*time.Millisecond + time.Millisecond)
+		synctest.Wait()
+		st, err := s.Stats(ctx, "dead")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), st.Watermark, "resolved within TTL + 5.5 s")
+	})
+}

@@ -117,7 +117,7 @@ func (c *Checker) cleanup(context.Context) []Component {
 	now := c.cfg.Now()
 	stale := c.cfg.CleanupStale
 	if stale == 0 {
-		stale = DefaultCleanupStaleIntervals * st.Interval
+		stale = max(DefaultCleanupStaleIntervals*st.Interval, DefaultCleanupStaleMin)
 	}
 	comp := Component{Check: CheckCleanup, Observed: map[string]any{
 		"running": st.Running, "interval_seconds": st.Interval.Seconds(), "max_stale_seconds": stale.Seconds(),

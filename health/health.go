@@ -50,8 +50,13 @@ const (
 	DefaultMaxStreams     = 100
 	DefaultMaxCheckpoints = 100
 	// DefaultCleanupStaleIntervals is how many cleanup intervals may pass
-	// without a full pass before the cleanup check fails, by default.
+	// without a full pass before the cleanup check fails, by default, but
+	// never less than DefaultCleanupStaleMin.
 	DefaultCleanupStaleIntervals = 3
+	// DefaultCleanupStaleMin is the shortest default of CleanupStale: a
+	// full pass may outlast three short intervals (a mass expiry, slow
+	// trackers) while the loop works.
+	DefaultCleanupStaleMin = 30 * time.Second
 	// MaxItems bounds Config.MaxStreams and Config.MaxCheckpoints: a
 	// report is read at every probe.
 	MaxItems = store.MaxListLimit
@@ -82,8 +87,8 @@ type Config struct {
 	Cleanup Cleaner
 	// CleanupStale is the longest time without a full cleanup pass (since
 	// the last one, or since Start) before the check fails. Default:
-	// DefaultCleanupStaleIntervals times the loop's Interval (90 s with
-	// the cleanup default of 30 s).
+	// DefaultCleanupStaleIntervals times the loop's Interval, at least
+	// DefaultCleanupStaleMin (30 s with the cleanup default of 5 s).
 	CleanupStale time.Duration
 	// Streams is the store whose streams' watermarks are checked, one
 	// result per stream ("stream"). Optional.

@@ -252,6 +252,15 @@ func TestCleanupStale(t *testing.T) {
 	c, err = health.New(&health.Config{Cleanup: st, Now: clock})
 	require.NoError(t, err)
 	requireUnhealthy(t, c, health.CheckCleanup, "", "no full pass for 1h0m0s")
+
+	// Three short intervals are too short a default: it is at least
+	// DefaultCleanupStaleMin.
+	st = fakeCleaner{Running: true, Interval: cleanup.DefaultInterval, Started: now.Add(-time.Hour), LastPass: now.Add(-29 * time.Second)}
+	c, err = health.New(&health.Config{Cleanup: st, Now: clock})
+	require.NoError(t, err)
+	code, rep = serve(t, c)
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "last full pass 29s ago (max 30s)", rep.Components[0].Message)
 }
 
 // muting is a pool that swallows every LISTEN self-check notice: it
