@@ -122,6 +122,7 @@ type Service struct {
 	booster    TTLBooster
 	fleet      FleetBooster
 	hooks      *hookRunner
+	expiry     *expiryWatch
 	durable    *deliverer // nil without HooksConfig.Durable
 	moveTx     TxMover    // nil without Config.MoveTx
 	moveTxTime time.Duration
@@ -215,6 +216,7 @@ func New(s Store, cfg *Config) (*Service, error) {
 		life:        lifecycle.New(ErrStopped),
 	}
 	sv.moveTxTime = cmp.Or(cfg.MoveTxTimeout, sv.qTimeout)
+	sv.expiry = newExpiryWatch(s, cmp.Or(cfg.ExpiryWarnShare, DefaultExpiryWarnShare), cfg.Observer)
 	sv.interval.Store(int64(cmp.Or(cfg.Interval, DefaultInterval)))
 	if cfg.Interval == 0 {
 		sv.settings, _ = s.(store.Settings)

@@ -35,6 +35,9 @@ const (
 	DefaultHookGrace       = 5 * time.Second
 	DefaultMaxBackoff      = time.Minute
 	DefaultQueryTimeout    = 30 * time.Second
+	// DefaultExpiryWarnShare is the default of Config.ExpiryWarnShare: 5%,
+	// the figure of the metrics package's expiration rate alert.
+	DefaultExpiryWarnShare = 0.05
 )
 
 // Config configures a Service. A nil *Config means the defaults; so does the
@@ -122,6 +125,17 @@ type Config struct {
 	// HooksConfig.Timeout plus QueryTimeout must be at most
 	// store.MaxHookClaim. Default: DefaultQueryTimeout (30 s).
 	QueryTimeout time.Duration
+	// ExpiryWarnShare is the share of the numbers handed out on the
+	// streams whose expired leases this Service resolves that may expire,
+	// over a window of ExpiryWindow, before it warns (at Warn on Logger,
+	// at most every 10 minutes) that the lease TTL looks too short for the
+	// work: a share above it means holders that do not finish in time,
+	// and as many gaps or recoveries. The share needs the store's Stats
+	// (both backends have it): one query per such stream after a cycle.
+	// An Observer that is an ExpiryObserver is told every window's share.
+	// At most 1; negative: no warning. Default: DefaultExpiryWarnShare
+	// (5%).
+	ExpiryWarnShare float64
 	// Logger receives the loop's diagnostics. Default: discard.
 	Logger *slog.Logger
 	// Observer is told what every cycle and every entry came to (the
@@ -252,6 +266,8 @@ func (cfg *Config) validate() error {
 		return invalid("MaxBackoff %v must be in 0..%v", cfg.MaxBackoff, MaxInterval)
 	case cfg.QueryTimeout < 0:
 		return invalid("QueryTimeout %v is negative", cfg.QueryTimeout)
+	case !(cfg.ExpiryWarnShare <= 1): // also NaN
+		return invalid("ExpiryWarnShare %v must be at most 1", cfg.ExpiryWarnShare)
 	case cfg.MoveTxTimeout < 0 || cfg.MoveTxTimeout > MaxInterval:
 		return invalid("MoveTxTimeout %v must be in 0..%v", cfg.MoveTxTimeout, MaxInterval)
 	case hc.Durable != nil:

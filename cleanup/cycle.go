@@ -69,6 +69,7 @@ func (sv *Service) run(ctx context.Context, streams []string) (res CycleResult, 
 		err = errors.Join(c.errs...)
 	}
 	c.finish(ctx, scanned, scanErr == nil, err)
+	sv.expiry.cycleEnded(ctx, sv)
 	c.res.Duration = time.Since(start)
 	if c.full {
 		sv.lastLatency = c.res.Duration

@@ -200,8 +200,16 @@
 // implements Tracer follows each cycle and each recovery with the context
 // it runs under (spans), and one that implements lease.Observer is told
 // what the default elector's stream leases do (kind "cleanup"). The metrics
-// package's CleanupObserver implements all four. The pipeline's rate
-// filter (recovery.Config.MinStepSuccessRate) is fed from the same reports.
+// package's CleanupObserver implements all four, and ExpiryObserver. The
+// pipeline's rate filter (recovery.Config.MinStepSuccessRate) is fed from
+// the same reports.
+//
+// Leases that expire often mean a TTL too short for the work: every
+// ExpiryWindow the Service compares the expired leases it resolved on a
+// stream with the numbers handed out on it meanwhile (the store's Stats
+// after the cycle), tells an ExpiryObserver the share, and logs a warning,
+// at most every 10 minutes, when it is above Config.ExpiryWarnShare (5%,
+// the figure of the metrics package's expiration rate alert).
 //
 // # Lifecycle
 //

@@ -453,6 +453,7 @@ func (w *walk) settle(ctx context.Context, it pending, r recovery.Result, err er
 		return true
 	}
 	c.res.Resolved[r.Method]++
+	c.sv.expiry.expired(it.e)
 	c.report(it.e, w.seenAt, r, nil)
 	c.sv.hooks.add(it.ctx, it.e)
 	if c.sv.durable != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,7 @@ const (
 	NameCleanupCascadeActive   = "seqlease.cleanup.cascade.active"
 	NameCleanupHookFailures    = "seqlease.cleanup.hook.failures"
 	NameCleanupHooksPending    = "seqlease.cleanup.hooks.pending"
+	NameCleanupExpiredShare    = "seqlease.cleanup.expired.share"
 	NameGapOpen                = "seqlease.gap.open"
 	NameGapCreated             = "seqlease.gap.created"
 	NameGapFilled              = "seqlease.gap.filled"
@@ -207,6 +209,7 @@ type Metrics struct {
 	hooksPending, parkedGauge              metric.Int64ObservableGauge
 	nlLongHeld, readerLag, listenDeaf      metric.Int64ObservableGauge
 	nlHoldings                             metric.Int64ObservableGauge
+	expiredShare                           metric.Float64ObservableGauge
 	listenDeafChecks, historyLost          metric.Int64ObservableCounter
 	registration                           metric.Registration
 
@@ -218,9 +221,10 @@ type Metrics struct {
 
 	attrs sync.Map // attrKey -> metric.MeasurementOption
 
-	cascade     atomic.Int64 // 1 while cleanup is in cascade mode
-	lastExpired atomic.Int64 // expired leases found by the last cycle
-	pending     atomic.Int64 // durable hooks pending, as last told; 0 until told
+	cascade     atomic.Int64  // 1 while cleanup is in cascade mode
+	lastExpired atomic.Int64  // expired leases found by the last cycle
+	pending     atomic.Int64  // durable hooks pending, as last told; 0 until told
+	share       atomic.Uint64 // the expiry watch's last share, as float64 bits; 0 until told
 
 	leaser      *LeaserObserver
 	cleanup     *CleanupObserver
@@ -364,6 +368,9 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.readerLag = gauge(NameReaderLag, "{entry}", "The stream's watermark minus the reader's saved checkpoint, by reader and stream.")
 	m.listenDeaf = gauge(NameListenDeaf, "{listener}", "Listeners (LISTEN connections of the barrier's and the named leases' watches) whose self-check heard nothing: they poll instead. A transaction-mode pooler? Set postgres.Config.ListenDSN.")
 	var err error
+	m.expiredShare, err = meter.Float64ObservableGauge(NameCleanupExpiredShare, metric.WithUnit("1"),
+		metric.WithDescription("The share of the numbers handed out on the streams whose expired leases this process's cleanup loop resolved that expired, over its last window of a minute (cleanup.ExpiryShare); above a few percent, the lease TTL is too short for the work."))
+	errs = append(errs, err)
 	m.listenDeafChecks, err = meter.Int64ObservableCounter(NameListenDeafChecks, metric.WithUnit("{check}"),
 		metric.WithDescription("LISTEN self-checks that did not hear their own notice in time (a deaf listener checks again every 30 s)."))
 	errs = append(errs, err)
@@ -374,7 +381,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 		return fmt.Errorf("creating instruments: %w", err)
 	}
 	reg, err := meter.RegisterCallback(m.observe, m.lag, m.gapOpen, m.cycleExpired, m.cascadeActive, m.alertActive, m.nlLongHeld, m.hooksPending, m.readerLag,
-		m.listenDeaf, m.listenDeafChecks, m.historyLost, m.parkedGauge, m.nlHoldings)
+		m.listenDeaf, m.listenDeafChecks, m.historyLost, m.parkedGauge, m.nlHoldings, m.expiredShare)
 	if err != nil {
 		return fmt.Errorf("registering the gauges' callback: %w", err)
 	}
@@ -499,6 +506,7 @@ func (m *Metrics) observe(ctx context.Context, o metric.Observer) error {
 	o.ObserveInt64(m.cascadeActive, m.cascade.Load())
 	o.ObserveInt64(m.cycleExpired, m.lastExpired.Load())
 	o.ObserveInt64(m.hooksPending, m.pending.Load())
+	o.ObserveFloat64(m.expiredShare, math.Float64frombits(m.share.Load()))
 	m.namedLeases.observe(o)
 	m.observeReaders(ctx, o)
 	if m.listen != nil {

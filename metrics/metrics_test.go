@@ -241,6 +241,7 @@ func TestInstruments(t *testing.T) {
 	nl.Released(ctx, "leader", 30*time.Second)
 	defer nl.Held("leader")()
 	b.m.Cleanup().PendingHooks(store.HookStats{Pending: 3, Failing: 1})
+	b.m.Cleanup().ExpiryShare(cleanup.ExpiryShare{Window: time.Minute, Expired: 820, HandedOut: 1851, TTL: 30 * time.Second})
 
 	got := b.collect(t)
 
@@ -259,6 +260,7 @@ func TestInstruments(t *testing.T) {
 		metrics.NameCleanupCascadeActive:   "{mode}",
 		metrics.NameCleanupHookFailures:    "{failure}",
 		metrics.NameCleanupHooksPending:    "{hook}",
+		metrics.NameCleanupExpiredShare:    "1",
 		metrics.NameGapOpen:                "{gap}",
 		metrics.NameGapCreated:             "{gap}",
 		metrics.NameGapFilled:              "{gap}",
@@ -299,6 +301,10 @@ func TestInstruments(t *testing.T) {
 	}, sums(metrics.NameRecoveryAttempts))
 	require.Equal(t, map[string]int64{sk: 1}, sums(metrics.NameCleanupHookFailures))
 	require.Equal(t, map[string]int64{"": 3}, sums(metrics.NameCleanupHooksPending))
+	share, ok := got[metrics.NameCleanupExpiredShare].Data.(metricdata.Gauge[float64])
+	require.True(t, ok)
+	require.Len(t, share.DataPoints, 1)
+	require.InDelta(t, 820.0/1851, share.DataPoints[0].Value, 1e-12)
 	require.Equal(t, map[string]int64{
 		"kind=invoice,reason=released,stream=orders":        1,
 		"kind=invoice,reason=recovery-failed,stream=orders": 1, // op-5: its tracker failed, the work was given up

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -48,6 +49,7 @@ var (
 	_ cleanup.StepObserver      = (*CleanupObserver)(nil)
 	_ cleanup.Tracer            = (*CleanupObserver)(nil)
 	_ cleanup.HookStatsObserver = (*CleanupObserver)(nil)
+	_ cleanup.ExpiryObserver    = (*CleanupObserver)(nil)
 	_ lease.Observer            = (*CleanupObserver)(nil)
 	_ lease.Observer            = (*NamedLeaseObserver)(nil)
 	_ lease.MonitorObserver     = (*NamedLeaseObserver)(nil)
@@ -235,6 +237,11 @@ func (o *CleanupObserver) HookFailed(e store.Entry, _ error) {
 // PendingHooks implements cleanup.HookStatsObserver:
 // NameCleanupHooksPending.
 func (o *CleanupObserver) PendingHooks(st store.HookStats) { o.m.pending.Store(st.Pending) }
+
+// ExpiryShare implements cleanup.ExpiryObserver: NameCleanupExpiredShare.
+func (o *CleanupObserver) ExpiryShare(s cleanup.ExpiryShare) {
+	o.m.share.Store(math.Float64bits(s.Share()))
+}
 
 // Step implements cleanup.StepObserver: NameRecoveryAttempts, the recovery
 // failure rate alert, and a "seqlease.recovery.step" event on the

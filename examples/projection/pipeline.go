@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -214,6 +215,9 @@ func (p *pipeline) startNode(ctx context.Context, owner string) (stop func(), er
 		Barrier:  p.barrier,
 		LeaseTTL: cleanerTTL,
 		Observer: cleanupObs,
+		// Its warnings (leases expiring often: a TTL too short for the
+		// machine; cascade mode) on stderr.
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		stop()
