@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,6 +287,9 @@ func TestVersion(t *testing.T) {
 	code, out, errOut := seqlease(t, "-schema", fresh, "version")
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `seqlease\s+\S+\nmodule\s+github.com/seqlease/seqlease\ngo\s+go`, out)
+	// A test binary records no VCS revision.
+	require.Regexp(t, `\nrevision\s+unknown \(the build recorded no VCS revision`, out)
+	require.Equal(t, "unknown", row.Revision)
 	require.Regexp(t, `schema `+fresh+`\s+0, not migrated`, out)
 
 	code, row, out = version("-dsn", unreachable, "-json", "version")
@@ -292,6 +297,28 @@ func TestVersion(t *testing.T) {
 	require.Nil(t, row.SchemaVersion)
 	require.Equal(t, latest, row.SchemaLatest)
 	require.Contains(t, row.DatabaseError, "cannot connect to PostgreSQL")
+}
+
+// TestVersionRevision: the revision comes from the build's VCS settings;
+// without them it is "unknown", never "-" or empty.
+func TestVersionRevision(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		bi       *debug.BuildInfo
+		revision string
+		text     string
+	}{
+		{nil, "unknown", "unknown (the build recorded no VCS revision"},
+		{&debug.BuildInfo{Main: debug.Module{Path: "github.com/seqlease/seqlease", Version: "(devel)"}}, "unknown", "unknown (the build"},
+		{&debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "4b1d"}, {Key: "vcs.modified", Value: "false"}}}, "4b1d", "4b1d"},
+		{&debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "4b1d"}, {Key: "vcs.modified", Value: "true"}}}, "4b1d", "4b1d (modified)"},
+	} {
+		var row versionRow
+		row.fromBuild(c.bi)
+		require.Equal(t, c.revision, row.Revision)
+		require.True(t, strings.HasPrefix(row.revisionText(), c.text), row.revisionText())
+		require.Equal(t, "github.com/seqlease/seqlease", row.Module)
+	}
 }
 
 // TestAuditReportsExpired checks that audit lists expired, unresolved

@@ -15,9 +15,11 @@ type versionRow struct {
 	Module    string `json:"module"`  // the module the binary was built from
 	Version   string `json:"version"` // its version: a tag, or (devel) for a local build
 	GoVersion string `json:"go_version"`
-	Revision  string `json:"vcs_revision,omitempty"`
-	Time      string `json:"vcs_time,omitempty"`
-	Modified  bool   `json:"vcs_modified,omitempty"`
+	// Revision is the VCS revision the binary was built from, or
+	// unknownRevision when the build recorded none.
+	Revision string `json:"vcs_revision"`
+	Time     string `json:"vcs_time,omitempty"`
+	Modified bool   `json:"vcs_modified,omitempty"`
 	// SchemaLatest is the newest migration the binary embeds.
 	SchemaLatest int `json:"schema_latest"`
 	// Schema and SchemaVersion describe the database's schema: the newest
@@ -35,23 +37,9 @@ func (c *cli) version(ctx context.Context, args []string) error {
 	if _, err := c.positional(fs, args, 0, 0); err != nil {
 		return err
 	}
-	row := versionRow{Module: "github.com/seqlease/seqlease", Version: "(unknown)", Schema: c.schema}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		row.GoVersion = bi.GoVersion
-		if bi.Main.Path != "" {
-			row.Module, row.Version = bi.Main.Path, bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				row.Revision = s.Value
-			case "vcs.time":
-				row.Time = s.Value
-			case "vcs.modified":
-				row.Modified = s.Value == "true"
-			}
-		}
-	}
+	row := versionRow{Schema: c.schema}
+	bi, _ := debug.ReadBuildInfo()
+	row.fromBuild(bi)
 	for _, m := range migrations.Migrations() {
 		row.SchemaLatest = max(row.SchemaLatest, m.Version)
 	}
@@ -70,14 +58,8 @@ func (c *cli) version(ctx context.Context, args []string) error {
 			schema = fmt.Sprintf("0, not migrated (seqlease -schema %s migrate up)", c.schema)
 		}
 	}
-	revision := row.Revision
-	if revision == "" {
-		revision = "-"
-	} else if row.Modified {
-		revision += " (modified)"
-	}
 	return c.emit(row, []string{"seqlease", row.Version}, [][]string{
-		{"module", row.Module}, {"go", row.GoVersion}, {"revision", revision},
+		{"module", row.Module}, {"go", row.GoVersion}, {"revision", row.revisionText()},
 		{"embedded schema", strconv.Itoa(row.SchemaLatest)}, {"schema " + c.schema, schema},
 	})
 }
@@ -106,4 +88,43 @@ func (c *cli) schemaVersion(ctx context.Context, row *versionRow) error {
 	}
 	row.SchemaVersion = &v
 	return nil
+}
+
+// unknownRevision is the revision of a binary whose build recorded none.
+const unknownRevision = "unknown"
+
+// fromBuild fills the binary's part of row from bi, nil when the binary
+// has no build information. The VCS settings are there when the go command
+// built the binary in a checkout (go build, go install); go run, go test
+// and -buildvcs=false record none.
+func (row *versionRow) fromBuild(bi *debug.BuildInfo) {
+	row.Module, row.Version, row.Revision = "github.com/seqlease/seqlease", "(unknown)", unknownRevision
+	if bi == nil {
+		return
+	}
+	row.GoVersion = bi.GoVersion
+	if bi.Main.Path != "" {
+		row.Module, row.Version = bi.Main.Path, bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			row.Revision = s.Value
+		case "vcs.time":
+			row.Time = s.Value
+		case "vcs.modified":
+			row.Modified = s.Value == "true"
+		}
+	}
+}
+
+// revisionText is the revision line of the table.
+func (row *versionRow) revisionText() string {
+	switch {
+	case row.Revision == unknownRevision:
+		return unknownRevision + " (the build recorded no VCS revision: go run, go test, -buildvcs=false, or no checkout)"
+	case row.Modified:
+		return row.Revision + " (modified)"
+	}
+	return row.Revision
 }
