@@ -48,7 +48,7 @@ func init() {
 		{"readers", "[-reader R] [-stream S]", "every reader's checkpoint with its lag", helpReaders, (*cli).readers},
 		{"delete-checkpoint", "-reader R -stream S", "remove a reader's checkpoint", helpDeleteCheckpoint, (*cli).deleteCheckpoint},
 		{"serve", "[-addr HOST:PORT] [-allow-host NAME]... [-refresh D] [-operators FILE]", "the web interface: streams, gaps, leases, readers, live; actions for -operators", helpServe, (*cli).serve},
-		{"config", "get [KEY] | set KEY VALUE [-by WHO] | unset KEY", "read and change the settings table: defaults the whole fleet follows", helpConfig, (*cli).config},
+		{"config", "[get [KEY] | list | set KEY VALUE [-by WHO] | unset KEY]", "read and change the settings table: defaults the whole fleet follows", helpConfig + settingsHelp(), (*cli).config},
 		{"version", "", "the binary's module version, and the schema's migration version", helpVersion, (*cli).version},
 	}
 }
@@ -115,7 +115,7 @@ Reads and changes the settings table of -schema: the defaults of named
 leases and of the cleanup loop that every process on the schema follows,
 read at its Start and again on every change, without a redeploy.
 
-  config get          every known setting, set or not
+  config              every known setting, set or not (config get, config list)
   config get KEY      one setting
   config set KEY VAL  set it (-by WHO is kept with it); every process
                       applies it within a moment
@@ -123,22 +123,13 @@ read at its Start and again on every change, without a redeploy.
                       Config or the library default
 
 A field a process sets in its Go Config (lease.Config, cleanup.Config)
-wins over the table; the table wins over the library default. A value is checked before
-anything is written, with the error the Go Config gives its field: an
-unknown key, a value of the wrong type or out of range changes nothing.
-Durations are Go durations (30s, 1m30s), switches true or false. Keys:
-
-  lease.default_ttl        duration  Config.DefaultTTL
-  lease.renew_share        (0, 1)    Config.RenewShare
-  lease.max_renewals       int >= 0  Config.MaxRenewals (0: no limit)
-  lease.acquire_timeout    duration  Config.AcquireTimeout
-  lease.cleanup_interval   duration  Config.CleanupInterval
-  lease.history_retention  duration  Config.HistoryRetention (negative: forever)
-  lease.history            bool      false: Config.DisableHistory
-  lease.auto_expiry        bool      false: the maintenance loop stops
-                                     marking expired holdings
-  cleanup.interval         duration  cleanup.Config.Interval: the sequence
-                                     cleanup loop's period, (0, 24h]`
+wins over the table; the table wins over the library default. A value is
+checked before anything is written, with the error the Go Config gives its
+field: an unknown key, a value of the wrong type or out of range changes
+nothing. Durations are Go durations (30s, 1m30s), switches true or false,
+shares decimals, a boost a factor and an end ("2 until
+2026-01-02T15:04:05Z"). Keys:
+`
 
 const helpMigrate = `
 Applies (up), rolls back (down, -steps migrations) or lists (status) the

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/seqlease/seqlease/cleanup"
@@ -28,21 +30,50 @@ func newSettingRow(key string, st *store.Setting) settingRow {
 	return r
 }
 
+// settingDocs says what each known setting (store.SettingKeys) stands for,
+// for the help of `config`; a test keeps its keys those of the store.
+var settingDocs = map[string]string{
+	store.SettingLeaseDefaultTTL:       "lease.Config.DefaultTTL",
+	store.SettingLeaseRenewShare:       "lease.Config.RenewShare, in (0, 1)",
+	store.SettingLeaseMaxRenewals:      "lease.Config.MaxRenewals, >= 0 (0: no limit)",
+	store.SettingLeaseAcquireTimeout:   "lease.Config.AcquireTimeout",
+	store.SettingLeaseCleanupInterval:  "lease.Config.CleanupInterval",
+	store.SettingLeaseHistoryRetention: "lease.Config.HistoryRetention (negative: forever)",
+	store.SettingLeaseHistory:          "false: lease.Config.DisableHistory",
+	store.SettingLeaseAutoExpiry:       "false: expired holdings are no longer marked",
+	store.SettingCleanupInterval:       "cleanup.Config.Interval, in (0, 24h]",
+	store.SettingTTLBoost:              "the fleet's TTL boost (ttl.Fleet), raised in cascade mode",
+}
+
+// settingsHelp lists every known setting with its type, from the store's
+// table of keys, so that the help lists each one.
+func settingsHelp() string {
+	var b strings.Builder
+	for _, k := range store.SettingKeys() {
+		t, _ := store.SettingTypeOf(k)
+		fmt.Fprintf(&b, "\n  %-24s %-9s %s", k, t, settingDocs[k])
+	}
+	return b.String()
+}
+
 func (c *cli) config(ctx context.Context, args []string) error {
 	fs := c.flags("config")
 	by := fs.String("by", "", "set: who makes the change, kept with it")
-	pos, err := c.positional(fs, args, 1, 3)
+	pos, err := c.positional(fs, args, 0, 3)
 	if err != nil {
 		return err
 	}
+	if len(pos) == 0 {
+		pos = []string{"get"} // every setting
+	}
 	action, rest := pos[0], pos[1:]
-	want := map[string][2]int{"get": {0, 1}, "set": {2, 2}, "unset": {1, 1}}
+	want := map[string][2]int{"get": {0, 1}, "list": {0, 0}, "set": {2, 2}, "unset": {1, 1}}
 	n, ok := want[action]
 	switch {
 	case !ok:
-		return usagef("config: unknown action %q (get, set or unset)", action)
+		return usagef("config: unknown action %q (get, list, set or unset)", action)
 	case len(rest) < n[0] || len(rest) > n[1]:
-		return usagef("config %s: wrong number of arguments (config get [KEY], config set KEY VALUE, config unset KEY)", action)
+		return usagef("config %s: wrong number of arguments (config [get [KEY] | list], config set KEY VALUE, config unset KEY)", action)
 	case *by != "" && action != "set":
 		return usagef("config %s: -by is for set", action)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,16 +19,19 @@ func TestConfig(t *testing.T) {
 	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	require.NoError(t, err)
 
-	code, out, errOut := seqlease(t, "-schema", schema, "-json", "config", "get")
-	require.Equal(t, 0, code, errOut)
-	var rows []settingRow
-	require.NoError(t, json.Unmarshal([]byte(out), &rows))
-	require.Len(t, rows, len(store.SettingKeys()), "every known key, set or not")
-	for _, r := range rows {
-		require.False(t, r.Set, r.Key)
+	for _, list := range [][]string{{"config", "get"}, {"config"}, {"config", "list"}} {
+		code, out, errOut := seqlease(t, append([]string{"-schema", schema, "-json"}, list...)...)
+		require.Equal(t, 0, code, "%v: %s", list, errOut)
+		var rows []settingRow
+		require.NoError(t, json.Unmarshal([]byte(out), &rows))
+		require.Len(t, rows, len(store.SettingKeys()), "%v: every known key, set or not", list)
+		for i, r := range rows {
+			require.Equal(t, store.SettingKeys()[i], r.Key)
+			require.False(t, r.Set, r.Key)
+		}
 	}
 
-	code, out, errOut = seqlease(t, "-schema", schema, "-json", "config", "set", "lease.default_ttl", "90s", "-by", "alice")
+	code, out, errOut := seqlease(t, "-schema", schema, "-json", "config", "set", "lease.default_ttl", "90s", "-by", "alice")
 	require.Equal(t, 0, code, errOut)
 	var one settingRow
 	require.NoError(t, json.Unmarshal([]byte(out), &one))
@@ -60,6 +64,7 @@ func TestConfig(t *testing.T) {
 		{[]string{"config", "get", "nope"}, "unknown setting"},
 		{[]string{"config", "unset", "lease.history", "-by", "x"}, "-by is for set"},
 		{[]string{"config", "frob"}, `unknown action "frob"`},
+		{[]string{"config", "list", "lease.history"}, "wrong number of arguments"},
 	} {
 		code, _, errOut := seqlease(t, append([]string{"-schema", schema}, c.args...)...)
 		require.Equal(t, 2, code, "%v: %s", c.args, errOut)
@@ -80,8 +85,16 @@ func TestConfig(t *testing.T) {
 	code, out, _ = seqlease(t, "config", "-h")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "Go Config")
-	require.Contains(t, out, "lease.auto_expiry")
-	require.Contains(t, out, "cleanup.interval")
+	for _, k := range store.SettingKeys() {
+		typ, err := store.SettingTypeOf(k)
+		require.NoError(t, err)
+		require.Regexp(t, `\n  `+regexp.QuoteMeta(k)+` +`+string(typ)+` +\S`, out, "the help lists %s, its type and what it is", k)
+	}
+	var documented []string
+	for k := range settingDocs {
+		documented = append(documented, k)
+	}
+	require.ElementsMatch(t, store.SettingKeys(), documented, "settingDocs says what every known key is, and no other")
 
 	code, out, errOut = seqlease(t, "-schema", schema, "config", "set", "cleanup.interval", "10s")
 	require.Equal(t, 0, code, errOut)
