@@ -257,18 +257,33 @@ type statusRow struct {
 func (c *cli) migrate(ctx context.Context, args []string) error {
 	fs := c.flags("migrate")
 	steps := fs.Int("steps", 1, "migrations to roll back (down)")
-	pos, err := c.positional(fs, args, 0, 1)
+	down := fs.Bool("down", false, "sql: print the migration's down SQL, not its up SQL")
+	pos, err := c.positional(fs, args, 0, 2)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
-		return usagef("migrate needs up, down or status")
+		return usagef("migrate needs up, down, status or sql")
 	}
 	action := pos[0]
-	if action != "up" && action != "down" && action != "status" {
+	switch {
+	case action == "sql":
+		stepsSet := false
+		fs.Visit(func(f *flag.Flag) { stepsSet = stepsSet || f.Name == "steps" })
+		switch {
+		case len(pos) != 2:
+			return usagef("migrate sql needs a VERSION")
+		case stepsSet:
+			return usagef("migrate sql: -steps is for down")
+		}
+		return c.migrationSQL(pos[1], *down)
+	case action != "up" && action != "down" && action != "status":
 		return usagef("migrate: unknown action %q", action)
-	}
-	if *steps < 1 {
+	case len(pos) > 1:
+		return usagef("migrate: unexpected %q", pos[1])
+	case *down:
+		return usagef("migrate: -down is for sql")
+	case *steps < 1:
 		return usagef("migrate: -steps must be at least 1")
 	}
 	if err := c.connect(ctx); err != nil {
@@ -314,6 +329,35 @@ func (c *cli) migrate(ctx context.Context, args []string) error {
 		rows = [][]string{{action, "nothing to do"}}
 	}
 	return c.emit(out, []string{"ACTION", "MIGRATION"}, rows)
+}
+
+// migrationSQLRow is the output of `migrate sql -json`.
+type migrationSQLRow struct {
+	Version   int    `json:"version"`
+	Name      string `json:"name"`
+	Direction string `json:"direction"` // up or down
+	SQL       string `json:"sql"`
+}
+
+// migrationSQL prints the up (or down) SQL of the embedded migration
+// version, as its file holds it, for other migration tools: no database
+// is needed.
+func (c *cli) migrationSQL(version string, down bool) error {
+	ms := migrations.Migrations()
+	v, err := strconv.Atoi(version)
+	if err != nil || v < 1 || v > len(ms) {
+		return usagef("migrate sql: VERSION must be a migration of this binary, 1..%d, not %q", len(ms), version)
+	}
+	m := ms[v-1]
+	row := migrationSQLRow{Version: m.Version, Name: m.Name, Direction: "up", SQL: m.Up}
+	if down {
+		row.Direction, row.SQL = "down", m.Down
+	}
+	if c.json {
+		return c.emit(row, nil, nil)
+	}
+	_, err = io.WriteString(c.out, row.SQL)
+	return err
 }
 
 // maxCount is where the counts that `streams` takes by listing entries

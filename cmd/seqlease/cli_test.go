@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/seqlease/seqlease/internal/pgtest"
+	"github.com/seqlease/seqlease/migrations"
 	"github.com/seqlease/seqlease/store"
 	"github.com/seqlease/seqlease/store/postgres"
 )
@@ -395,7 +397,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{"no command", nil, 2, "no command"},
 		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{"migrate without action", []string{"migrate"}, 2, "migrate needs up, down or status"},
+		{"migrate without action", []string{"migrate"}, 2, "migrate needs up, down, status or sql"},
 		{"bad schema name", []string{"-schema", `x"; DROP TABLE y; --`, "streams"}, 2, "-schema"},
 		{"inspect without stream", []string{"-schema", schema, "inspect"}, 2, "inspect needs STREAM"},
 		{"trim with a bad bound", []string{"-schema", schema, "trim", "s", "zero"}, 2, "BELOW must be a number"},
@@ -619,4 +621,38 @@ func TestHooks(t *testing.T) {
 	require.Equal(t, int64(2), row.Pending)
 	require.Equal(t, int64(1), row.Failing)
 	require.NotNil(t, row.OldestAt)
+}
+
+// TestMigrateSQL prints the SQL of every embedded migration, up and down,
+// exactly as the files hold it, without a database; bad input exits 2.
+func TestMigrateSQL(t *testing.T) {
+	t.Parallel()
+	for _, m := range migrations.Migrations() {
+		v := strconv.Itoa(m.Version)
+		for _, c := range []struct {
+			args []string
+			want string
+		}{{[]string{"migrate", "sql", v}, m.Up}, {[]string{"migrate", "sql", v, "-down"}, m.Down}, {[]string{"migrate", "-down", "sql", v}, m.Down}} {
+			var out, errOut bytes.Buffer
+			code := run(context.Background(), append([]string{"-dsn", unreachable}, c.args...), &out, &errOut)
+			require.Equal(t, 0, code, "%v: %s", c.args, errOut.String())
+			require.Equal(t, c.want, out.String(), "%v", c.args)
+		}
+	}
+	var out bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"-dsn", unreachable, "-json", "migrate", "sql", "3", "-down"}, &out, io.Discard))
+	var row migrationSQLRow
+	require.NoError(t, json.Unmarshal(out.Bytes(), &row))
+	m := migrations.Migrations()[2]
+	require.Equal(t, migrationSQLRow{Version: 3, Name: m.Name, Direction: "down", SQL: m.Down}, row)
+
+	for _, args := range [][]string{
+		{"migrate", "sql"}, {"migrate", "sql", "0"}, {"migrate", "sql", "x"},
+		{"migrate", "sql", strconv.Itoa(len(migrations.Migrations()) + 1)},
+		{"migrate", "sql", "1", "-steps", "2"}, {"migrate", "up", "-down"}, {"migrate", "up", "1"},
+	} {
+		var errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"-dsn", unreachable}, args...), io.Discard, &errOut)
+		require.Equal(t, 2, code, "%v: %s", args, errOut.String())
+	}
 }

@@ -26,7 +26,7 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"migrate", "up|down|status [-steps N]", "apply, roll back or list the schema migrations", helpMigrate, (*cli).migrate},
+		{"migrate", "up|down|status [-steps N] | sql VERSION [-down]", "apply, roll back or list the schema migrations; print one's SQL", helpMigrate, (*cli).migrate},
 		{"streams", "", "every stream: next number, watermark, in flight, expired, open gaps, oldest unresolved", helpStreams, (*cli).streams},
 		{"inspect", "STREAM [-from N] [-limit K]", "a stream's entries with their states", helpInspect, (*cli).inspect},
 		{"gaps", "STREAM [-limit K]", "a stream's open gaps with their reasons", helpGaps, (*cli).gaps},
@@ -136,7 +136,12 @@ Applies (up), rolls back (down, -steps migrations) or lists (status) the
 schema migrations of -schema. Migrations run under an advisory lock, so
 concurrent runs wait for each other; up and down print the migrations they
 applied or rolled back, status every migration this binary knows and every
-one the database recorded.`
+one the database recorded.
+
+sql VERSION prints the SQL of one migration this binary embeds, its up
+file (-down: its down file) as is, without connecting: for teams that
+apply the schema with goose or golang-migrate. Its table names are
+unqualified: run it with search_path set to the schema.`
 
 const helpStreams = `
 Lists every stream: the next number, the watermark, the leases in flight,
