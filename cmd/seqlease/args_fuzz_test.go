@@ -32,7 +32,7 @@ func FuzzRunArgs(f *testing.F) {
 		{}, {"help"}, {"-h"}, {"--help"}, {"-json", "help"}, {"nope"}, {"-nope"}, {"-schema"}, {"-schema", "Bad", "streams"},
 		{"-schema", `x"; DROP SCHEMA public CASCADE; --`, "streams"}, {"-json", "-schema", "s", "streams"},
 		{"migrate"}, {"migrate", "up"}, {"migrate", "down", "-steps", "-1"}, {"migrate", "status", "extra"},
-		{"migrate", "sideways"}, {"migrate", "sql", "1"}, {"migrate", "sql", "-down", "9"}, {"migrate", "sql", "99"}, {"streams", "--", "-x"}, {"inspect"}, {"inspect", "s", "-from", "0"},
+		{"migrate", "sideways"}, {"migrate", "sql", "1"}, {"migrate", "sql", "-down", "9"}, {"migrate", "sql", "99"}, {"trim", "s", "5", "-force"}, {"streams", "--", "-x"}, {"inspect"}, {"inspect", "s", "-from", "0"},
 		{"inspect", "s", "-limit", "99999999999999999999"}, {"inspect", "-from", "2", "s", "-limit", "5"},
 		{"gaps", "s", "-limit", "0"}, {"trim", "s"}, {"trim", "s", "-1"}, {"trim", "s", "9223372036854775808"},
 		{"trim", "s", "5"}, {"watch", "s", "-interval", "0"}, {"watch", "s", "-interval", "-1s"},

@@ -609,6 +609,7 @@ func (c *cli) gaps(ctx context.Context, args []string) error {
 
 func (c *cli) trim(ctx context.Context, args []string) error {
 	fs := c.flags("trim")
+	force := fs.Bool("force", false, "trim even the entries a reader has not read")
 	pos, err := c.positional(fs, args, 2, 2)
 	if err != nil {
 		return err
@@ -617,8 +618,16 @@ func (c *cli) trim(ctx context.Context, args []string) error {
 	if err != nil || below < 1 {
 		return usagef("trim: BELOW must be a number of at least 1, not %q", pos[1])
 	}
+	if err := store.ValidateStream(pos[0]); err != nil {
+		return usagef("trim: %v", err)
+	}
 	if err := c.connect(ctx); err != nil {
 		return err
+	}
+	if !*force {
+		if err := c.unread(ctx, pos[0], below); err != nil {
+			return err
+		}
 	}
 	low, err := c.store.Trim(ctx, pos[0], below)
 	if err != nil {
@@ -629,6 +638,54 @@ func (c *cli) trim(ctx context.Context, args []string) error {
 		LowPoint int64  `json:"low_point"`
 	}{pos[0], low}
 	return c.emit(res, []string{"STREAM", "LOW POINT"}, [][]string{{pos[0], fmt.Sprint(low)}})
+}
+
+// errUnread is matched by the refusal of a trim that would remove entries
+// a reader has not read: an *unreadError.
+var errUnread = errors.New("entries a reader has not read")
+
+// unreadError refuses a trim below Below of Stream: Reader's checkpoint is
+// Checkpoint, so it has still to read Checkpoint+1 on.
+type unreadError struct {
+	Stream, Reader    string
+	Checkpoint, Below int64
+}
+
+func (e *unreadError) Error() string {
+	return fmt.Sprintf("trim: refused, nothing trimmed: reader %s is at %d on stream %s, so trimming below %d would remove %d..%d, which it has not read "+
+		"(-force trims anyway; seqlease delete-checkpoint removes a reader that is gone)",
+		store.QuoteInput(e.Reader), e.Checkpoint, store.QuoteInput(e.Stream), e.Below, e.Checkpoint+1, e.Below-1)
+}
+
+func (e *unreadError) Is(target error) bool { return target == errUnread }
+
+// unread returns an *unreadError when trimming stream below below would
+// remove entries that the reader with the lowest checkpoint on it has not
+// read. A checkpoint only moves forward, so one that allows the trim now
+// still does when the trim runs (a reader that starts meanwhile starts
+// after the trim, as after any trim).
+func (c *cli) unread(ctx context.Context, stream string, below int64) error {
+	p := &store.ListCheckpointsParams{Stream: stream, Limit: store.MaxListLimit}
+	var lowest *store.Checkpoint
+	for {
+		cs, err := c.store.ListCheckpoints(ctx, p)
+		if err != nil {
+			return c.explain(err, stream)
+		}
+		for i := range cs {
+			if lowest == nil || cs[i].Position < lowest.Position {
+				lowest = &cs[i]
+			}
+		}
+		if len(cs) < p.Limit {
+			break
+		}
+		p.AfterReader, p.AfterStream = cs[len(cs)-1].Reader, cs[len(cs)-1].Stream
+	}
+	if lowest != nil && below > lowest.Position+1 {
+		return &unreadError{Stream: stream, Reader: lowest.Reader, Checkpoint: lowest.Position, Below: below}
+	}
+	return nil
 }
 
 func (c *cli) watch(ctx context.Context, args []string) error {

@@ -656,3 +656,55 @@ func TestMigrateSQL(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", args, errOut.String())
 	}
 }
+
+// TestTrimRefusesUnreadEntries: trim refuses to remove entries the reader
+// with the lowest checkpoint on the stream has not read, naming it and its
+// checkpoint, and changes nothing; up to the checkpoint + 1 it trims, and
+// -force trims past it.
+func TestTrimRefusesUnreadEntries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Shared(t, false)
+	schema := pgtest.NewSchema(t, pool)
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	require.NoError(t, err)
+	reqs := make([]store.LeaseRequest, 10)
+	for i := range reqs {
+		reqs[i] = store.LeaseRequest{TTL: time.Minute}
+	}
+	es, err := s.Lease(ctx, "orders", reqs, nil)
+	require.NoError(t, err)
+	for _, e := range es {
+		_, err := s.Commit(ctx, "orders", e.Number, e.Token, nil)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.SaveCheckpoint(ctx, "ahead", "orders", 7, nil))
+	require.NoError(t, s.SaveCheckpoint(ctx, "behind", "orders", 4, nil))
+	require.NoError(t, s.SaveCheckpoint(ctx, "elsewhere", "other", 0, nil))
+	lowPoint := func() int64 {
+		st, err := s.Stats(ctx, "orders")
+		require.NoError(t, err)
+		return st.LowPoint
+	}
+
+	c := &cli{out: io.Discard, errOut: io.Discard}
+	err = c.run(ctx, []string{"-dsn", pgtest.URL(), "-schema", schema, "trim", "orders", "6"})
+	c.pool.Close()
+	require.ErrorIs(t, err, errUnread)
+	var ue *unreadError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, unreadError{Stream: "orders", Reader: "behind", Checkpoint: 4, Below: 6}, *ue)
+	require.Equal(t, int64(1), lowPoint(), "a refused trim changes nothing")
+
+	code, _, errOut := seqlease(t, "-schema", schema, "trim", "orders", "6")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `reader "behind" is at 4 on stream "orders", so trimming below 6 would remove 5..5`)
+
+	code, out, errOut := seqlease(t, "-schema", schema, "trim", "orders", "5")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `orders\s+5`, out, "up to the lowest checkpoint + 1")
+	code, out, errOut = seqlease(t, "-schema", schema, "trim", "orders", "9", "-force")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `orders\s+9`, out, "-force trims past it")
+	require.Equal(t, int64(9), lowPoint())
+}

@@ -35,7 +35,7 @@ func init() {
 		{"unpark", "STREAM NUMBER", "let the cleanup loop try a parked entry again, from zero attempts", helpUnpark, (*cli).unpark},
 		{"fill-parked", "STREAM NUMBER -by WHO (-payload TEXT | -payload-file FILE)", "commit a parked entry's work by hand under a new number", helpFillParked, (*cli).fillParked},
 		{"give-up", "STREAM NUMBER [-reason R]", "give a parked entry up as a gap: its stream goes on", helpGiveUp, (*cli).giveUp},
-		{"trim", "STREAM BELOW", "remove resolved entries below BELOW (never unresolved ones)", helpTrim, (*cli).trim},
+		{"trim", "STREAM BELOW [-force]", "remove resolved entries below BELOW (never unresolved ones, nor unread by a reader)", helpTrim, (*cli).trim},
 		{"watch", "STREAM [-interval D] [-count N]", "the watermark and the lag, live", helpWatch, (*cli).watch},
 		{"audit", "STREAM [-ordered] [-max-unresolved D]", "check a stream's ledger against the invariants; report expired leases", helpAudit, (*cli).audit},
 		{"cleanup", "[STREAM] [-dry-run] [-durable-hooks]", "one cleanup pass: expired leases become gaps, in order (-dry-run: only list)", helpCleanup, (*cli).cleanup},
@@ -178,8 +178,11 @@ readers already past the number saw it as a gap.`
 const helpTrim = `
 Removes the resolved entries of a stream below BELOW (retention), never an
 unresolved one nor the watermark's: the new low point is at most the
-watermark + 1. Readers that have not passed the removed entries can no
-longer read them: check their checkpoints with seqlease readers first.`
+watermark + 1. It refuses, changing nothing, to remove entries a reader
+with a checkpoint on the stream has not read (BELOW above its checkpoint
++ 1), naming the reader: -force trims anyway, and that reader can no
+longer read them (seqlease readers lists the checkpoints;
+delete-checkpoint removes a reader that is gone).`
 
 const helpWatch = `
 Prints the watermark, its progress, the lag (handed out but not yet below
