@@ -151,8 +151,15 @@ func (m *Manager) attempt(ctx context.Context, name string, opts *AcquireOpts, m
 		maxRenewals = 0
 	}
 	req := store.AcquireLeaseRequest{Name: name, Owner: m.cfg.Owner, TTL: ttl, MaxRenewals: maxRenewals, Wait: mark}
+	m.orphans.begin(name)
+	defer m.orphans.end(name) // after the grant is registered
 	start := m.cfg.Now()
-	g, err := m.calls.acquire(ctx, req)
+	g, unsure, err := m.calls.acquire(ctx, req)
+	if unsure {
+		// The grant may have been made: release it if it was (orphan.go).
+		m.orphans.suspect(name, start, ttl)
+		return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -225,6 +232,13 @@ func (m *Manager) goReleaseAfterEnd(l *Lease) bool {
 // that took longer than the TTL less the safety margin (a slow backend, a
 // short TTL) would return a lease already over: it releases the grant and
 // fails with an error matching ErrExpired instead.
+//
+// A failure that may have come after the backend granted the name (the
+// answer lost with the connection, or ctx ended while the backend worked)
+// matches ErrOutcomeUnknown. The name is not left blocked by a grant
+// nobody holds a Lease of: the Manager looks for it in the background and
+// releases it, fenced by its token (see "Acquires of unknown outcome" in
+// the package doc). Try again to hold the name.
 func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
 	if opts == nil {
 		opts = &AcquireOpts{}
@@ -254,7 +268,9 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 // Config.PollInterval, jittered, and at the holder's expiry). Transient
 // errors are retried with backoff; bad input and store.ErrHistoryLost (the
 // database lost the name's fences: see the backend) end the wait at once,
-// the error unchanged.
+// the error unchanged. After an attempt of unknown outcome
+// (ErrOutcomeUnknown), a grant it may have had is released rather than
+// waited for, as TryAcquire's.
 func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
 	if opts == nil {
 		opts = &AcquireOpts{}

@@ -59,13 +59,16 @@ func newCoalescer(m *Manager) *coalescer {
 	return c
 }
 
-// acquire acquires through the coalescing.
-func (c *coalescer) acquire(ctx context.Context, req store.AcquireLeaseRequest) (store.NamedLease, error) {
+// acquire acquires through the coalescing. unsure reports a failure that
+// may have come after the backend granted the name (outcomeUnknown). A
+// caller that gave up while its call was out gets its context's error, not
+// unsure: a grant made for it goes to releaseOrphans.
+func (c *coalescer) acquire(ctx context.Context, req store.AcquireLeaseRequest) (g store.NamedLease, unsure bool, err error) {
 	r, err := c.acquires.Do(ctx, req)
 	if err != nil {
-		return store.NamedLease{}, err
+		return store.NamedLease{}, false, err
 	}
-	return r.Lease, r.Err
+	return r.Lease, outcomeUnknown(r.Err), r.Err
 }
 
 // release releases through the coalescing.

@@ -172,6 +172,36 @@
 // store.ErrNotSent) releases nothing: the holding then expires within the
 // safety margin of the local deadline.
 //
+// # Acquires of unknown outcome
+//
+// An acquire can fail after the backend granted the name: its answer lost
+// with the connection, or its context ended while the statement ran (the
+// database may even run it later). Its error then matches
+// ErrOutcomeUnknown: any failure of the backend call that is not a
+// refusal (*HeldError, a read-only server), bad input, or a call not sent
+// (store.ErrNotSent). Such a grant would block the name for its TTL,
+// for this Manager too, since nobody holds a Lease of it. So the Manager
+// looks for it (orphan.go): at once, then with pauses doubling from
+// PollInterval until the TTL asked for has passed; whenever a blocking
+// acquire of the name finds it held by this Manager's Owner; and once more
+// in Stop. It reads the name's holding, and releases it, fenced by its
+// token, only if nothing else can explain it: held by this Owner, never
+// renewed, acquired after the first such acquire was sent (by the
+// backend's clock: its now when read, less the local time elapsed since
+// the send, so to within the read's own return trip), not the holding of
+// a live Lease of this Manager, and no acquire attempt of the name in
+// flight here (one that was granted but has not answered yet: it counts
+// until its Lease is registered). A blocking acquire that finds its own
+// lost grant so released tries again at once.
+//
+// The Owner names the holder to the backend, so give every Manager its own
+// (the default is). Two Managers configured with one Owner string are one
+// holder to the backend: ForceRelease and ListByOwner cannot tell them
+// apart, and one that lost an acquire's answer may take the other's
+// holding of that name for its lost grant, if the other acquired it after
+// the lost acquire was sent (or within a round trip before) and has not
+// renewed it yet; older or renewed holdings are never taken.
+//
 // # Stuck holdings
 //
 // A Monitor (Manager.NewMonitor) lists the live holdings every Interval

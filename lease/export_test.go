@@ -93,3 +93,8 @@ func InForce(m *Manager) (Config, bool) {
 	t := m.tuned.Load()
 	return t.cfg, !t.noExpiry
 }
+
+// OnOrphan makes m call f whenever, looking for the grant of an acquire of
+// unknown outcome, it found a live holding of its Owner: with ok when it
+// took it for that grant and released it.
+func OnOrphan(m *Manager, f func(name string, fence int64, ok bool)) { m.testHooks.orphan = f }

@@ -48,6 +48,18 @@ func (h *holdings) retire(l *Lease) {
 	delete(h.live, l)
 }
 
+// has reports whether a live lease is the holding of name with fence.
+func (h *holdings) has(name string, fence int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for l := range h.live {
+		if l.name == name && l.fence == fence {
+			return true
+		}
+	}
+	return false
+}
+
 // get returns the latest lease of name; nil if this Manager holds none.
 func (h *holdings) get(name string) *Lease {
 	h.mu.Lock()

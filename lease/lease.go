@@ -74,12 +74,14 @@ var (
 	// error is wrapped), or another holding took the name (ErrNotHolder is
 	// wrapped too).
 	ErrLost = errors.New("lease: lease lost")
-	// ErrOutcomeUnknown is matched by the error of a renewal that may or
-	// may not have been applied: the call failed after its statement may
-	// have been sent (a lost connection, a context that ended while the
-	// backend worked), or its lease ended while it was out. See
-	// Lease.Renew for what the library does about it.
-	ErrOutcomeUnknown = errors.New("lease: renewal outcome unknown")
+	// ErrOutcomeUnknown is matched by the error of a renewal or an
+	// acquire that may or may not have been applied: the call failed
+	// after its statement may have been sent (a lost connection, a
+	// context that ended while the backend worked), or a renewal's lease
+	// ended while it was out. The library settles either: see Lease.Renew,
+	// and for an acquire TryAcquire (it releases the grant if there was
+	// one).
+	ErrOutcomeUnknown = errors.New("lease: outcome unknown")
 	// ErrTimeout is returned by a blocking acquire whose AcquireOpts.Timeout
 	// passed; the *HeldError of the last holder seen is wrapped.
 	ErrTimeout = errors.New("lease: acquire timed out")
@@ -116,8 +118,10 @@ const (
 type Config struct {
 	// Owner identifies this process as the holder of its leases; it is what
 	// ForceRelease takes to end a crashed agent's leases. At most
-	// store.MaxNameLen bytes of text. Default: "<hostname>:<pid>:<6 random
-	// hex digits>", different for every Manager.
+	// store.MaxNameLen bytes of text. Give each Manager its own: two
+	// Managers with one Owner are one holder to the backend (see "Acquires
+	// of unknown outcome" in the package doc). Default: "<hostname>:<pid>:<6
+	// random hex digits>", different for every Manager.
 	Owner string
 	// DefaultTTL is the lease duration when AcquireOpts names none. The
 	// settings table may set it (lease.default_ttl), as it may
@@ -244,6 +248,7 @@ type Manager struct {
 	gate     *gate           // the work Stop waits for (lifecycle.go)
 	holdings *holdings       // the leases this Manager holds (holdings.go)
 	queues   *queues         // blocked acquires, and the other processes' waiters (wait.go)
+	orphans  *orphans        // acquires of unknown outcome, whose grants it releases (orphan.go)
 	events   *relay          // the subscriptions (events.go)
 
 	calls    *coalescer  // acquires and releases sharing backend calls (coalesce.go)
@@ -274,6 +279,7 @@ type testHooks struct {
 	renewWaits func(name string)                         // a renewal of name waits for the one in progress
 	cleanup    func(name string, fence int64)            // a holding whose lease is over is released (releaseAfterEnd)
 	settings   func()                                    // the settings table was re-read after a notice
+	orphan     func(name string, fence int64, ok bool)   // a grant of an acquire of unknown outcome was found: released (ok), or not (orphan.go)
 }
 
 // New returns a Manager on s. It returns an error naming the field when cfg
@@ -358,6 +364,7 @@ func New(s Store, cfg *Config) (*Manager, error) {
 		m.cfg.Now = time.Now
 	}
 	m.queues = newQueues(m)
+	m.orphans = newOrphans(m)
 	m.calls = newCoalescer(m)
 	m.initTuning(cfg)
 	return m, nil

@@ -115,9 +115,10 @@ func (m *Manager) watch(ctx context.Context) {
 // received by then is dropped), closes its C, and its goroutine is waited
 // for. The leases already over whose backend holding may outlive them (a
 // renewal of unknown outcome, see Lease.Renew) are released too, or their
-// releases in the background waited for. Once Stop returns, this Manager
-// holds no lease in the backend but those whose release failed. It is safe
-// before Start and twice.
+// releases in the background waited for, and so are the grants of acquires
+// of unknown outcome that it finds (see TryAcquire). Once Stop returns,
+// this Manager holds no lease in the backend but those whose release
+// failed. It is safe before Start and twice.
 func (m *Manager) Stop() {
 	m.services.Drain() // no Start from now on; the watch goes on while the leases are released
 	m.gate.close()     // no lease, loop, run, attempt or withdrawal starts after this
@@ -138,6 +139,7 @@ func (m *Manager) Stop() {
 		})
 	}
 	wg.Wait()
+	m.orphans.sweep() // the grants of acquires of unknown outcome nobody holds a Lease of
 
 	// The loops left are those of leases already over, one maybe still in
 	// a backend call: end them.

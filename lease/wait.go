@@ -116,6 +116,11 @@ func (m *Manager) waitAndAcquire(ctx context.Context, name string, opts *Acquire
 		var held *HeldError
 		var pause time.Duration
 		switch {
+		case errors.As(err, &held) && held.Owner == m.cfg.Owner && m.orphans.check(ctx, name):
+			// Held by the grant of an acquire of this Manager whose outcome
+			// was unknown, now released: try again at once.
+			w.drain()
+			pause = 0
 		case errors.As(err, &held):
 			lastHeld = held
 			pause = min(m.jitteredPoll(), held.Remaining()+time.Millisecond)
