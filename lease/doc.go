@@ -56,7 +56,9 @@
 // (AcquireOpts.RenewShare, MaxJitter; the Config's by default), so one
 // Manager serves leases of any cadence; RenewWith changes a lease's TTL,
 // and the loop reschedules by it. A failed renewal is retried with exponential backoff
-// until the local deadline; a refusal ends the lease at once. TryRenewNow
+// until the local deadline, never pausing past a last attempt a round trip
+// before it (lastTry), so a backend back before then keeps the lease; a
+// refusal ends the lease at once. TryRenewNow
 // renews on demand. Renewals of a lease take turns, and every one (Renew,
 // TryRenewNow, the loop's) is bounded by its context, the local deadline
 // and the end of the lease, also while it waits for its turn: a backend

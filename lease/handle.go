@@ -37,6 +37,7 @@ type Lease struct {
 	mu         sync.Mutex
 	ttl        time.Duration // asked for by every renewal; RenewWith changes it
 	margin     time.Duration // the safety margin of ttl
+	rtt        time.Duration // how long the last successful grant or renewal took (lastTry)
 	renewedAt  time.Time     // by the backend's clock
 	expiresAt  time.Time     // by the backend's clock
 	renewals   int
@@ -152,7 +153,9 @@ func (m *Manager) newLease(g store.NamedLease, start time.Time, ttl time.Duratio
 		over: make(chan struct{}), renewing: make(chan struct{}, 1), releasing: make(chan struct{}, 1),
 	}
 	l.deadline = start.Add(ttl - l.margin)
-	l.waited = max(m.cfg.Now().Sub(since), 0)
+	now := m.cfg.Now()
+	l.rtt = max(now.Sub(start), 0)
+	l.waited = max(now.Sub(since), 0)
 	if m.cfg.Observer != nil {
 		l.obsEnd = m.cfg.Observer.Held(kind)
 	}
@@ -427,7 +430,9 @@ func (l *Lease) renew(ctx context.Context, newTTL time.Duration) error {
 		}
 	}
 	l.deadline = start.Add(ttl - l.margin)
-	l.timer.Reset(max(l.deadline.Sub(l.m.cfg.Now()), 0))
+	now := l.m.cfg.Now()
+	l.rtt = max(now.Sub(start), 0)
+	l.timer.Reset(max(l.deadline.Sub(now), 0))
 	l.m.events.emit(l.event(Renewed, g.RenewedAt, nil))
 	return nil
 }

@@ -35,8 +35,14 @@ type renewRequest struct {
 // monotonic clock: AcquireOpts.RenewShare and MaxJitter, by default the
 // Config's. The TTL is the last one asked for (see RenewWith).
 // A renewal that fails for a transient reason is retried with exponential
-// backoff until the local deadline; if none succeeds by then, the lease ends
-// with ErrLost, before the backend could hand the name to anyone else. A
+// backoff until the local deadline, the pauses cut to the time left so
+// that a last attempt starts a round trip before it (twice the lease's last
+// successful round trip, at least 1 ms, at most a tenth of the TTL); if
+// none succeeds by then, the lease ends with ErrLost, before the backend
+// could hand the name to anyone else. So a backend that answers again by
+// then keeps the lease: one that is away from a renewal on may stay away
+// for (1 - share) of the TTL less the jitter, the safety margin and that
+// round trip (10-11 s with the defaults and a TTL of 30 s). A
 // refusal ends it at once (ErrLost when another holding took the name,
 // ErrExpired, ErrForceReleased); reaching MaxRenewals ends it with
 // ErrMaxRenewals and releases it. Release and Close stop the loop. Calling
@@ -239,9 +245,12 @@ func (l *Lease) renewOnce(ctx, caller context.Context) error {
 	return l.Renew(rctx)
 }
 
-// renewRetrying renews the lease, retrying transient errors with exponential
-// backoff until the local deadline (or until the loop is stopped, even while
-// a renewal of the holder's has the turn).
+// renewRetrying renews the lease, retrying failures with exponential
+// backoff until the local deadline (or until the loop is stopped, even
+// while a renewal of the holder's has the turn). A pause never runs past
+// the last chance: a round trip's allowance (lastTry) before the deadline,
+// when one more attempt is made; a backend that answers again by then
+// keeps the lease.
 func (l *Lease) renewRetrying(ctx context.Context) error {
 	left := l.Remaining()
 	if left <= 0 {
@@ -256,19 +265,45 @@ func (l *Lease) renewRetrying(ctx context.Context) error {
 	bo.InitialInterval = max(min(50*time.Millisecond, ttl/20), time.Millisecond)
 	bo.MaxInterval = max(ttl/10, bo.InitialInterval)
 	bo.MaxElapsedTime = 0
-	return backoff.Retry(func() error {
+	bo.Reset()
+	for {
 		err := l.Renew(rctx)
 		switch {
 		case err == nil:
 			return nil
-		case l.Err() != nil, errors.Is(err, ErrMaxRenewals):
-			return backoff.Permanent(err)
+		case l.Err() != nil, errors.Is(err, ErrMaxRenewals), rctx.Err() != nil:
+			return err
 		}
-		if rctx.Err() == nil {
-			l.m.cfg.Logger.Warn("lease: renewal failed, retrying", slog.String("name", l.name), slog.Any("error", err))
+		left := l.Remaining()
+		pause := bo.NextBackOff()
+		if last := left - l.lastTry(); pause > last {
+			pause = last
+			if last <= 0 { // that was the last chance: the deadline ends the lease
+				pause = left
+				l.m.cfg.Logger.Warn("lease: renewal failed, no time left for another before the local deadline",
+					slog.String("name", l.name), slog.Any("error", err), slog.Duration("left", left))
+			}
 		}
-		return err
-	}, backoff.WithContext(bo, rctx))
+		if pause < left {
+			l.m.cfg.Logger.Warn("lease: renewal failed, retrying", slog.String("name", l.name), slog.Any("error", err), slog.Duration("pause", pause))
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-rctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
+// lastTry returns how long before the local deadline the keep-alive makes
+// its last renewal attempt: twice the lease's last round trip (its last
+// successful grant or renewal), at least 1 ms, at most a tenth of the TTL.
+func (l *Lease) lastTry() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return min(max(2*l.rtt, time.Millisecond), l.ttl/10)
 }
 
 // releaseAfterEnd releases, best effort, a holding whose lease is over but

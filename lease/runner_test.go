@@ -621,3 +621,61 @@ func TestRunnerRenewsAtItsShareOfTheTTL(t *testing.T) {
 		})
 	}
 }
+
+// downUntilStore fails every renewal until the clock reaches back (unix
+// nanoseconds), as a database that refuses connections during a failover.
+type downUntilStore struct {
+	*memory.Store
+	back atomic.Int64
+}
+
+func (s *downUntilStore) RenewLease(ctx context.Context, name, owner string, fence int64, p *store.RenewLeaseParams) (store.NamedLease, error) {
+	if time.Now().UnixNano() < s.back.Load() {
+		return store.NamedLease{}, fmt.Errorf("renew lease: %w", store.NotSent(errors.New("dial tcp 127.0.0.1:5432: connection refused")))
+	}
+	return s.Store.RenewLease(ctx, name, owner, fence, p)
+}
+
+// TestAKeptAliveLeaseSurvivesADatabaseBackBeforeItsDeadline: the renewals
+// of kept-alive leases (the defaults: TTL 30 s, renewed at 60% plus up to
+// 1 s of jitter, safety margin 1 s) fail from their grant on, and the
+// database answers again shortly before their local deadline. The retries
+// go on to that deadline, their pauses cut to the time left, so every
+// lease is renewed and kept. On synctest's fake clock, where the grant,
+// the deadline and the database's return are exact.
+func TestAKeptAliveLeaseSurvivesADatabaseBackBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	for _, early := range []time.Duration{700 * time.Millisecond, 280 * time.Millisecond, 100 * time.Millisecond, 10 * time.Millisecond} {
+		t.Run(fmt.Sprintf("back %v before the deadline", early), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := t.Context()
+				s := &downUntilStore{Store: memory.New(nil)}
+				m, err := lease.New(s, &lease.Config{Owner: "alice"})
+				require.NoError(t, err)
+				defer m.Stop()
+				var ls []*lease.Lease
+				for i := range 20 {
+					l, err := m.Hold(ctx, fmt.Sprint("x", i), nil)
+					require.NoError(t, err)
+					ls = append(ls, l)
+				}
+				deadline := time.Now().Add(ls[0].Remaining())
+				require.Equal(t, 29*time.Second, ls[0].Remaining(), "TTL 30 s less the 1 s margin")
+				s.back.Store(deadline.Add(-early).UnixNano())
+				time.Sleep(time.Until(deadline) + time.Second) // fake time
+				lost := 0
+				for _, l := range ls {
+					if l.Err() != nil {
+						lost++
+					} else {
+						require.Equal(t, 1, l.Renewals())
+					}
+				}
+				require.Zero(t, lost, "leases lost of 20")
+				for _, l := range ls {
+					require.NoError(t, l.Close(ctx))
+				}
+			})
+		})
+	}
+}
