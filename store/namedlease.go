@@ -443,14 +443,25 @@ func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 func (e *HeldError) Remaining() time.Duration { return max(e.ExpiresAt.Sub(e.AsOf), 0) }
 
 // FenceError reports a fencing token that no longer holds its name. It
-// matches ErrStaleFence.
+// matches ErrStaleFence. Reason says why Fence does not hold:
+//
+//   - "superseded": a later holding took the name (Fence < Current; it
+//     may have ended since);
+//   - "never issued": no holding of the name ever had Fence (Fence >
+//     Current): a token of another database or schema, or a database that
+//     lost its latest fences (restored from a backup, or failed over to a
+//     replica that had not received them);
+//   - "expired": Fence is the current holding, past its expiry by the
+//     backend's clock, marked expired by maintenance or not yet;
+//   - "released": Fence is the current holding, and its holder released
+//     it;
+//   - "force-released": Fence is the current holding, and an operator or a
+//     Monitor force-released it;
+//   - "not found": the name was never acquired (Current is 0).
 type FenceError struct {
-	Name  string
-	Fence int64 // the token checked
-	// Current is the name's current fence (0 if the name was never
-	// acquired); Reason says why Fence does not hold: "superseded",
-	// "expired", "released", "force-released" or "not found".
-	Current int64
+	Name    string
+	Fence   int64 // the token checked
+	Current int64 // the name's current fence; 0 if the name was never acquired
 	Reason  string
 }
 

@@ -924,10 +924,12 @@ func (s *Store) CheckLeaseFence(ctx context.Context, name string, fence int64, p
 // clock_timestamp(), not ended), and locks the lease's row FOR SHARE, so no
 // other holder can take the name over, and the holding cannot be renewed or
 // released, until tx ends. A deposed holder gets a *store.FenceError
-// (matching store.ErrStaleFence) and should roll back:
+// (matching store.ErrStaleFence) and should roll back. Take schema from
+// where the Store's is set, or call the Store's CheckFence, which uses it:
 //
+//	const schema = "seqlease" // as in postgres.Config{Schema: schema}
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//		if err := postgres.CheckFence(ctx, tx, "seqlease", "cursor/orders", l.Fence()); err != nil {
+//		if err := postgres.CheckFence(ctx, tx, schema, "cursor/orders", l.Fence()); err != nil {
 //			return err // deposed: write nothing
 //		}
 //		_, err := tx.Exec(ctx, "UPDATE cursors SET pos = $1 WHERE name = 'orders'", pos)
