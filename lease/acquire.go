@@ -268,7 +268,9 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 // Config.PollInterval, jittered, and at the holder's expiry). Transient
 // errors are retried with backoff; bad input and store.ErrHistoryLost (the
 // database lost the name's fences: see the backend) end the wait at once,
-// the error unchanged. After an attempt of unknown outcome
+// the error unchanged. With Config.DisableBlocking (lease.blocking =
+// false) it is TryAcquire: a held name fails at once with its *HeldError.
+// After an attempt of unknown outcome
 // (ErrOutcomeUnknown), a grant it may have had is released rather than
 // waited for, as TryAcquire's.
 func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
@@ -277,6 +279,9 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (
 	}
 	if err := m.checkOpts(name, opts); err != nil {
 		return nil, fmt.Errorf("lease: acquire %s: %w", store.QuoteInput(name), err)
+	}
+	if m.conf().DisableBlocking {
+		return m.TryAcquire(ctx, name, opts)
 	}
 	opts = m.withAcquireTimeout(opts)
 	if opts.Timeout > 0 {
@@ -329,9 +334,9 @@ func timeoutError(ctx context.Context, timeout time.Duration, err error) error {
 // opts.KeepAlive, that stops when it returns), and if one of them ends all
 // the same (lost, force-released, at its MaxRenewals), it stops waiting,
 // releases the others and fails with that lease's error. It never returns
-// a lease that is over.
+// a lease that is over. With Config.DisableBlocking it is TryAcquireAll.
 func (m *Manager) AcquireAll(ctx context.Context, names []string, opts *AcquireOpts) ([]*Lease, error) {
-	return m.acquireAll(ctx, names, opts, true)
+	return m.acquireAll(ctx, names, opts, !m.conf().DisableBlocking)
 }
 
 // TryAcquireAll is AcquireAll without waiting: it fails with the *HeldError

@@ -222,7 +222,8 @@
 // it before it returns, and the Manager re-reads it whenever the watch
 // reports a change (store.SettingsSink) or a reset (settings.go). The
 // values in force live behind one atomic pointer (conf), read where a
-// default is taken: an acquire's TTL, renewals and timeout, the keep-alive's
+// default is taken: an acquire's TTL, renewals, timeout and whether it
+// blocks, the keep-alive's
 // share (taken at acquire), the history switch, the maintenance loop's pace. For each field,
 // a non-zero Config value wins, else the table's, else the default. A
 // table value is checked with New's own checks against this Manager's

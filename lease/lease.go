@@ -125,9 +125,10 @@ type Config struct {
 	Owner string
 	// DefaultTTL is the lease duration when AcquireOpts names none. The
 	// settings table may set it (lease.default_ttl), as it may
-	// RenewShare, MaxRenewals, AcquireTimeout, CleanupInterval,
-	// HistoryRetention and DisableHistory: a field set here wins over the
-	// table, the table over the default (see NoSettings).
+	// RenewShare, MaxRenewals, AcquireTimeout, DisableBlocking,
+	// CleanupInterval, HistoryRetention and DisableHistory: a field set
+	// here wins over the table, the table over the default (see
+	// NoSettings).
 	// Default: the smaller of DefaultTTL (30 s) and MaxTTL.
 	DefaultTTL time.Duration
 	// MaxTTL is the longest lease a call (or the TTLPolicy) may ask for,
@@ -178,6 +179,13 @@ type Config struct {
 	// AcquireOpts set none (lease.acquire_timeout). Not negative.
 	// Default: 0, wait until the context ends.
 	AcquireTimeout time.Duration
+	// DisableBlocking makes the blocking acquires (Acquire, Hold,
+	// AcquireAll, and so Run's campaigns) try once and fail at once with
+	// the *HeldError of a held name, as TryAcquire (TryAcquireAll) does,
+	// instead of waiting (lease.blocking = false). Run then campaigns
+	// again every PollInterval. An acquire already waiting when the
+	// settings table turns blocking off waits on. Default: false, wait.
+	DisableBlocking bool
 	// NoSettings stops this Manager from reading the settings table of
 	// its store (store.Settings): without it, Start reads the table and
 	// the Manager follows its changes, for the fields this Config leaves

@@ -130,7 +130,11 @@ func (m *Manager) Run(ctx context.Context, name string, opts *AcquireOpts, fn fu
 			if errors.Is(err, ErrStopped) || store.IsInvalid(err) {
 				return err
 			}
-			m.cfg.Logger.Warn("lease: campaign failed, retrying", slog.String("name", name), slog.Any("error", err))
+			if errors.Is(err, ErrHeld) && !errors.Is(err, ErrTimeout) { // blocking is off: a poll
+				m.cfg.Logger.Debug("lease: campaign found the name held, retrying", slog.String("name", name), slog.Any("error", err))
+			} else {
+				m.cfg.Logger.Warn("lease: campaign failed, retrying", slog.String("name", name), slog.Any("error", err))
+			}
 			if perr := m.pauseCampaign(ctx); perr != nil {
 				return perr
 			}

@@ -65,6 +65,8 @@ var settingFields = map[string]struct {
 		func(t *tuning, v string) { t.cfg.HistoryRetention = mustDuration(v) }},
 	store.SettingLeaseHistory: {"DisableHistory", func(c *Config) bool { return c.DisableHistory },
 		func(t *tuning, v string) { t.cfg.DisableHistory = v == "false" }},
+	store.SettingLeaseBlocking: {"DisableBlocking", func(c *Config) bool { return c.DisableBlocking },
+		func(t *tuning, v string) { t.cfg.DisableBlocking = v == "false" }},
 	// A negative CleanupInterval turns the loop off in Go; the table
 	// cannot turn it back on.
 	store.SettingLeaseAutoExpiry: {"CleanupInterval", func(c *Config) bool { return c.CleanupInterval < 0 },
@@ -204,7 +206,7 @@ func (m *Manager) applySettings(ctx context.Context) {
 		slog.Float64("renew_share", next.cfg.RenewShare), slog.Int("max_renewals", next.cfg.MaxRenewals),
 		slog.Duration("acquire_timeout", next.cfg.AcquireTimeout), slog.Duration("cleanup_interval", next.cfg.CleanupInterval),
 		slog.Duration("history_retention", next.cfg.HistoryRetention), slog.Bool("history", !next.cfg.DisableHistory),
-		slog.Bool("auto_expiry", !next.noExpiry))
+		slog.Bool("blocking", !next.cfg.DisableBlocking), slog.Bool("auto_expiry", !next.noExpiry))
 	select {
 	case m.retuned <- struct{}{}:
 	default:
@@ -216,13 +218,13 @@ type tunedValues struct {
 	defaultTTL, acquireTimeout, cleanupInterval, historyRetention time.Duration
 	renewShare                                                    float64
 	maxRenewals                                                   int
-	noHistory, noExpiry                                           bool
+	noHistory, noBlocking, noExpiry                               bool
 }
 
 func (t *tuning) values() tunedValues {
 	c := &t.cfg
 	return tunedValues{c.DefaultTTL, c.AcquireTimeout, c.CleanupInterval, c.HistoryRetention, c.RenewShare, c.MaxRenewals,
-		c.DisableHistory, t.noExpiry}
+		c.DisableHistory, c.DisableBlocking, t.noExpiry}
 }
 
 // keepField copies the field of key from prev into t: a refused setting
@@ -243,6 +245,8 @@ func keepField(t *tuning, prev *tuning, key string) {
 		t.cfg.HistoryRetention = prev.cfg.HistoryRetention
 	case store.SettingLeaseHistory:
 		t.cfg.DisableHistory = prev.cfg.DisableHistory
+	case store.SettingLeaseBlocking:
+		t.cfg.DisableBlocking = prev.cfg.DisableBlocking
 	case store.SettingLeaseAutoExpiry:
 		t.noExpiry = prev.noExpiry
 	}

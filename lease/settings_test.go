@@ -111,6 +111,7 @@ func TestSettingsBadInputChangesNothing(t *testing.T) {
 			{store.SettingLeaseDefaultTTL, "0s", store.ErrInvalidSetting, "delete the setting"},
 			{store.SettingLeaseCleanupInterval, "-1m", store.ErrInvalidSetting, "must be positive"},
 			{store.SettingLeaseHistory, "yes please", store.ErrInvalidSetting, "lease.history"},
+			{store.SettingLeaseBlocking, "sometimes", store.ErrInvalidSetting, "lease.blocking"},
 			{"lease.ttl", "30s", store.ErrUnknownSetting, `"lease.ttl"`},
 			{store.SettingCleanupInterval, "30s", store.ErrUnknownSetting, "not a setting of package lease"},
 		} {
@@ -184,5 +185,64 @@ func TestSettingsNoSettingsIgnoresTheTable(t *testing.T) {
 		m2 := newManager(t, s, nil)
 		c, _ = lease.InForce(m2)
 		require.Equal(t, 45*time.Second, c.DefaultTTL, "Start reads the table before it returns")
+	})
+}
+
+// TestBlockingOff: with blocking off, by Config.DisableBlocking or the
+// settings table's lease.blocking = false, the blocking acquires (Acquire,
+// Hold, AcquireAll) of a held name fail at once with its *HeldError, as
+// the try-acquires do, and take a free name as before; turned back on,
+// Acquire waits again.
+func TestBlockingOff(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		s := b.open(t)
+		holder := newManager(t, b.open(t), &lease.Config{Owner: "holder"})
+		p := t.Name() + "/"
+		held, err := holder.TryAcquire(ctx, p+"held", &lease.AcquireOpts{TTL: time.Hour})
+		require.NoError(t, err)
+		defer held.Close(ctx)
+
+		wait := &lease.AcquireOpts{TTL: time.Minute, Timeout: time.Hour}
+		failsAtOnce := func(t *testing.T, m *lease.Manager) {
+			t.Helper()
+			for what, acquire := range map[string]func() error{
+				"Acquire": func() error { _, err := m.Acquire(ctx, p+"held", wait); return err },
+				"Hold":    func() error { _, err := m.Hold(ctx, p+"held", wait); return err },
+				"AcquireAll": func() error {
+					_, err := m.AcquireAll(ctx, []string{p + "free", p + "held"}, wait)
+					return err
+				},
+			} {
+				err := within(t, what, acquire) // an hour's Timeout: it did not wait
+				var he *lease.HeldError
+				require.ErrorAs(t, err, &he, what)
+				require.Equal(t, "holder", he.Owner, what)
+				require.NotErrorIs(t, err, lease.ErrTimeout, what)
+			}
+			isHeld, err := m.IsHeld(ctx, p+"free")
+			require.NoError(t, err)
+			require.False(t, isHeld, "AcquireAll released what it took")
+			l, err := m.Hold(ctx, p+"free", wait)
+			require.NoError(t, err, "a free name is taken")
+			require.NoError(t, l.Close(ctx))
+		}
+
+		t.Run("Config", func(t *testing.T) {
+			failsAtOnce(t, newManager(t, s, &lease.Config{Owner: "go", DisableBlocking: true}))
+		})
+		t.Run("settings table", func(t *testing.T) {
+			m, reread := settingsManager(t, s, &lease.Config{Owner: "table"})
+			_, err := lease.SetSetting(ctx, s.(store.Settings), store.SettingLeaseBlocking, "false", "operator")
+			require.NoError(t, err)
+			awaitInForce(t, m, reread, "blocking off", func(c lease.Config, _ bool) bool { return c.DisableBlocking })
+			failsAtOnce(t, m)
+
+			_, err = lease.SetSetting(ctx, s.(store.Settings), store.SettingLeaseBlocking, "true", "operator")
+			require.NoError(t, err)
+			awaitInForce(t, m, reread, "blocking on", func(c lease.Config, _ bool) bool { return !c.DisableBlocking })
+			_, err = m.Acquire(ctx, p+"held", &lease.AcquireOpts{Timeout: 50 * time.Millisecond})
+			require.ErrorIs(t, err, lease.ErrTimeout, "Acquire waits again")
+		})
 	})
 }

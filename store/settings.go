@@ -39,6 +39,7 @@ const (
 	SettingLeaseHistoryRetention = "lease.history_retention" // duration: Config.HistoryRetention
 	SettingLeaseHistory          = "lease.history"           // bool: not Config.DisableHistory
 	SettingLeaseAutoExpiry       = "lease.auto_expiry"       // bool: the maintenance loop runs
+	SettingLeaseBlocking         = "lease.blocking"          // bool: not Config.DisableBlocking
 	SettingCleanupInterval       = "cleanup.interval"        // duration: cleanup.Config.Interval
 	// SettingTTLBoost is the fleet's TTL boost (package ttl): the cleanup
 	// loop sets it when it enters cascade mode (a mass expiry), an
@@ -57,6 +58,7 @@ var settingTypes = map[string]SettingType{
 	SettingLeaseHistoryRetention: SettingDuration,
 	SettingLeaseHistory:          SettingBool,
 	SettingLeaseAutoExpiry:       SettingBool,
+	SettingLeaseBlocking:         SettingBool,
 	SettingCleanupInterval:       SettingDuration,
 	SettingTTLBoost:              SettingBoost,
 }

@@ -41,6 +41,7 @@ var settingDocs = map[string]string{
 	store.SettingLeaseHistoryRetention: "lease.Config.HistoryRetention (negative: forever)",
 	store.SettingLeaseHistory:          "false: lease.Config.DisableHistory",
 	store.SettingLeaseAutoExpiry:       "false: expired holdings are no longer marked",
+	store.SettingLeaseBlocking:         "false: lease.Config.DisableBlocking (a blocking acquire tries once)",
 	store.SettingCleanupInterval:       "cleanup.Config.Interval, in (0, 24h]",
 	store.SettingTTLBoost:              "the fleet's TTL boost (ttl.Fleet), raised in cascade mode",
 }

@@ -58,6 +58,7 @@ func TestConfig(t *testing.T) {
 		{[]string{"config", "set", "lease.max_renewals", "--", "-2"}, "Config.MaxRenewals -2 must not be negative"},
 		{[]string{"config", "set", "lease.default_ttl", "30"}, "is not a duration"},
 		{[]string{"config", "set", "lease.history", "on"}, `"true" or "false"`},
+		{[]string{"config", "set", "lease.blocking", "sometimes"}, `lease.blocking = "sometimes" is not "true" or "false"`},
 		{[]string{"config", "set", "cleanup.interval", "48h"}, "cleanup: Config.Interval 48h0m0s must be in 0..24h0m0s"},
 		{[]string{"config", "set", "lease.history", "true", "-by", "a\x07b"}, "-by"},
 		{[]string{"config", "set", "lease.history"}, "wrong number of arguments"},
@@ -99,4 +100,8 @@ func TestConfig(t *testing.T) {
 	code, out, errOut = seqlease(t, "-schema", schema, "config", "set", "cleanup.interval", "10s")
 	require.Equal(t, 0, code, errOut)
 	require.Regexp(t, `cleanup\.interval\s+duration\s+10s`, out)
+
+	code, out, errOut = seqlease(t, "-schema", schema, "config", "set", "lease.blocking", "FALSE")
+	require.Equal(t, 0, code, errOut)
+	require.Regexp(t, `lease\.blocking\s+bool\s+false`, out, "kept in canonical form")
 }
