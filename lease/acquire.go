@@ -268,11 +268,11 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts *AcquireOpts
 // Config.PollInterval, jittered, and at the holder's expiry). Transient
 // errors are retried with backoff; bad input and store.ErrHistoryLost (the
 // database lost the name's fences: see the backend) end the wait at once,
-// the error unchanged. With Config.DisableBlocking (lease.blocking =
-// false) it is TryAcquire: a held name fails at once with its *HeldError.
-// After an attempt of unknown outcome
+// the error unchanged. After an attempt of unknown outcome
 // (ErrOutcomeUnknown), a grant it may have had is released rather than
-// waited for, as TryAcquire's.
+// waited for, as TryAcquire's. With Config.DisableBlocking (lease.blocking
+// = false) it is TryAcquire: a held name fails at once with its
+// *HeldError.
 func (m *Manager) Acquire(ctx context.Context, name string, opts *AcquireOpts) (*Lease, error) {
 	if opts == nil {
 		opts = &AcquireOpts{}
@@ -325,9 +325,12 @@ func timeoutError(ctx context.Context, timeout time.Duration, err error) error {
 
 // AcquireAll acquires every name, waiting as Acquire does, in sorted order
 // (so that two callers asking for overlapping sets cannot deadlock), all or
-// nothing: if one fails, the leases acquired so far are released and the
-// error returned. The leases come in sorted order. opts.Timeout bounds the
-// whole call. Duplicate names are bad input.
+// nothing: if one fails, the leases acquired so far are released, and so
+// is the grant of the failed name's last attempt if its outcome was
+// unknown and the grant is found by then (else it is released in the
+// background, see TryAcquire), and the error returned. The leases come in
+// sorted order. opts.Timeout bounds the whole call. Duplicate names are
+// bad input.
 //
 // While it waits for a name, the leases it holds already are kept renewed
 // (as by KeepAlive, each renewal counting toward MaxRenewals; without
@@ -377,6 +380,7 @@ func (m *Manager) acquireAll(ctx context.Context, names []string, opts *AcquireO
 				m.cfg.Logger.Warn("lease: rollback of acquire all: release failed; the lease will expire", slog.String("name", got.name), slog.Any("error", rerr))
 			}
 		}
+		m.orphans.check(rctx, name) // the grant of an attempt of unknown outcome, found by now
 		return nil, fmt.Errorf("lease: acquire all: %s: %w", store.QuoteInput(name), err)
 	}
 	for i, name := range sorted {

@@ -24,11 +24,14 @@ var errLostReply = errors.New("acquire lease: read tcp 127.0.0.1:5432: connectio
 // the first lost of them in the backend (the grant commits), then answers
 // errLostReply, as a connection that drops after the commit; it drops the
 // next dropped ones before they reach the backend, but answers the same
-// (the caller cannot tell the two apart).
+// (the caller cannot tell the two apart). With stall, a lost acquire
+// answers only once its caller gave up (its context's error), as a
+// statement that commits while its caller's context ends.
 type lostReplyStore struct {
 	lease.Store
 	name          atomic.Pointer[string]
 	lost, dropped atomic.Int32
+	stall         atomic.Bool
 }
 
 // is reports whether name is the one whose answers are lost.
@@ -47,7 +50,7 @@ func (s *lostReplyStore) AcquireLeases(ctx context.Context, reqs []store.Acquire
 			send = append(send, r)
 		}
 	}
-	got := s.Store.AcquireLeases(ctx, send, p)
+	got := s.Store.AcquireLeases(context.WithoutCancel(ctx), send, p)
 	out := make([]store.AcquireLeaseResult, 0, len(reqs))
 	for i, r := range reqs {
 		if drop[i] {
@@ -58,6 +61,10 @@ func (s *lostReplyStore) AcquireLeases(ctx context.Context, reqs []store.Acquire
 		got = got[1:]
 		if s.is(r.Name) && s.lost.Add(-1) >= 0 {
 			res = store.AcquireLeaseResult{Err: errLostReply}
+			if s.stall.Load() {
+				<-ctx.Done()
+				res.Err = fmt.Errorf("acquire lease: %w", ctx.Err())
+			}
 		}
 		out = append(out, res)
 	}
@@ -116,6 +123,27 @@ func TestAnAcquireWhoseReplyWasLostFreesTheName(t *testing.T) {
 			requireReleased(t, alice, name, "alice", 1)
 			for _, l := range ls {
 				require.NoError(t, l.Close(ctx))
+			}
+		})
+		t.Run("AcquireAll gives up", func(t *testing.T) {
+			// b's acquire commits while AcquireAll's Timeout passes: all
+			// or nothing, b's grant included, when AcquireAll returns.
+			name := t.Name() + "/b"
+			s.name.Store(&name)
+			s.stall.Store(true)
+			defer s.stall.Store(false)
+			s.lost.Store(1)
+			names := []string{t.Name() + "/a", name}
+			_, err := within(t, "AcquireAll", func() result2 {
+				ls, err := alice.AcquireAll(ctx, names, &lease.AcquireOpts{TTL: time.Hour, Timeout: 100 * time.Millisecond})
+				return result2{ls, err}
+			}).unpack()
+			require.ErrorIs(t, err, lease.ErrTimeout)
+			require.ErrorIs(t, err, lease.ErrOutcomeUnknown)
+			for _, n := range names {
+				held, err := alice.IsHeld(ctx, n)
+				require.NoError(t, err)
+				require.False(t, held, "%s was rolled back", n)
 			}
 		})
 	})
