@@ -82,3 +82,28 @@ func (e *UnknownVersionError) Error() string {
 
 // Is reports whether target is ErrUnknownVersion.
 func (e *UnknownVersionError) Is(target error) bool { return target == ErrUnknownVersion }
+
+// ErrPending is matched by the error of a schema that lacks migrations
+// this binary needs (a *PendingError).
+var ErrPending = errors.New("migrations: schema not migrated")
+
+// PendingError reports that Schema lacks the migrations Pending (in
+// version order) of the Want versions this binary needs: apply them with
+// `seqlease migrate up` or Migrator.Up. It matches ErrPending.
+type PendingError struct {
+	// Schema is the schema checked.
+	Schema string
+	// Pending are the versions not applied.
+	Pending []int
+	// Want is the version this binary needs.
+	Want int
+}
+
+// Error implements error.
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("migrations: schema %q lacks %d of the %d migrations this build needs (version %d): run `seqlease -schema %s migrate up`, or open with migrations on",
+		e.Schema, len(e.Pending), e.Want, e.Want, e.Schema)
+}
+
+// Is reports whether target is ErrPending.
+func (e *PendingError) Is(target error) bool { return target == ErrPending }

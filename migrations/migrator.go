@@ -282,21 +282,9 @@ type Status struct {
 // does not exist yet every embedded migration is reported pending.
 func (m *Migrator) Status(ctx context.Context, db DB) (_ []Status, err error) {
 	defer wrap(&err, "status")
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-
-	var rows []applied
-	exists, err := m.trackingExists(ctx, tx)
+	rows, err := m.applied(ctx, db)
 	if err != nil {
 		return nil, err
-	}
-	if exists {
-		if rows, err = m.readApplied(ctx, tx); err != nil {
-			return nil, err
-		}
 	}
 	byApplied := make(map[int]applied, len(rows))
 	for _, a := range rows {
@@ -318,6 +306,52 @@ func (m *Migrator) Status(ctx context.Context, db DB) (_ []Status, err error) {
 	}
 	slices.SortFunc(out, func(a, b Status) int { return a.Version - b.Version })
 	return out, nil
+}
+
+// Check reports whether the schema is at the version this binary needs:
+// nil when every embedded migration is applied as embedded (a schema
+// ahead of the binary, migrated by a newer release, is fine), a
+// *PendingError (matching ErrPending) naming the missing versions and the
+// command that applies them, or a *ChecksumError when an applied migration
+// differs from the embedded one. It only reads.
+func (m *Migrator) Check(ctx context.Context, db DB) (err error) {
+	defer wrap(&err, "check")
+	rows, err := m.applied(ctx, db)
+	if err != nil {
+		return err
+	}
+	done := make(map[int]applied, len(rows))
+	for _, a := range rows {
+		done[a.version] = a
+	}
+	var pending []int
+	for _, mig := range m.migrations {
+		a, ok := done[mig.Version]
+		switch {
+		case !ok:
+			pending = append(pending, mig.Version)
+		case a.checksum != mig.Checksum:
+			return &ChecksumError{Version: mig.Version, Name: mig.Name, Applied: a.checksum, Embedded: mig.Checksum}
+		}
+	}
+	if len(pending) > 0 {
+		return &PendingError{Schema: m.schema, Pending: pending, Want: m.migrations[len(m.migrations)-1].Version}
+	}
+	return nil
+}
+
+// applied returns the tracking table's rows, none when it does not exist.
+func (m *Migrator) applied(ctx context.Context, db DB) ([]applied, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	exists, err := m.trackingExists(ctx, tx)
+	if err != nil || !exists {
+		return nil, err
+	}
+	return m.readApplied(ctx, tx)
 }
 
 // inLockedTx runs fn in a READ COMMITTED transaction that holds the
@@ -413,7 +447,8 @@ func wrap(errp *error, op string) {
 	}
 	var ce *ChecksumError
 	var ue *UnknownVersionError
-	if errors.Is(*errp, ErrInvalidSteps) || errors.As(*errp, &ce) || errors.As(*errp, &ue) {
+	var pe *PendingError
+	if errors.Is(*errp, ErrInvalidSteps) || errors.As(*errp, &ce) || errors.As(*errp, &ue) || errors.As(*errp, &pe) {
 		return
 	}
 	*errp = fmt.Errorf("migrations: %s: %w", op, *errp)
